@@ -1,0 +1,50 @@
+# cephnode-exporter: the two commands a newcomer needs are `make run` and `make test`.
+# Both set up everything themselves on a fresh Debian 12 machine.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: run test bench lint format deps venv golden clean
+
+# A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
+$(VENV)/.stamp: setup.cfg pyproject.toml
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || tests/setup-debian.sh python3-venv
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+# Debian packages the suite drives for real (promtool, node_exporter, systemd-analyze,
+# openssl); installed with apt-get when missing and we are root.
+deps:
+	tests/setup-debian.sh
+
+run: venv
+	$(VENV)/bin/cephnode-exporter $(ARGS)
+
+test: venv deps
+	$(PY) -m ruff check exporter tests
+	$(PY) -m ruff format --check exporter tests
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench: venv deps
+	$(PY) tests/bench/bench.py $(ARGS)
+
+lint: venv
+	$(PY) -m ruff check exporter tests
+	$(PY) -m ruff format --check exporter tests
+
+format: venv
+	$(PY) -m ruff format exporter tests
+	$(PY) -m ruff check --fix exporter tests
+
+# Rewrite the golden exposition files after an intended change; review the diff.
+golden: venv deps
+	$(PY) -m pytest tests/test_golden.py --update-golden
+
+clean:
+	rm -rf $(VENV) build exporter/*.egg-info .pytest_cache .ruff_cache

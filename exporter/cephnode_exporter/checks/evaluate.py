@@ -1,0 +1,61 @@
+"""Run the checks of a profile over the facts of one collection."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cephnode_exporter.checks import CheckSpec, Result, Status
+from cephnode_exporter.profile import Profile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectorFacts:
+    """A collector's state as the checks see it."""
+
+    enabled: bool
+    facts: Any = None
+    error: str | None = None  # set when the collector failed this time
+
+
+def evaluate(
+    profile: Profile, specs: Mapping[str, CheckSpec], collectors: Mapping[str, CollectorFacts]
+) -> list[Result]:
+    """One result per check and subject, sorted; never raises for a check's fault."""
+    results: list[Result] = []
+    for name in sorted(specs):
+        spec = specs[name]
+        settings = profile.checks[name]
+        state = collectors.get(spec.collector, CollectorFacts(enabled=False))
+        if not settings.enabled:
+            results.append(Result(name, "", Status.SKIP, "disabled in the profile", ""))
+            continue
+        if not state.enabled:
+            why = f"collector {spec.collector} is disabled"
+            results.append(Result(name, "", Status.SKIP, why, ""))
+            continue
+        if state.error is not None or state.facts is None:
+            why = f"collector {spec.collector} failed: {state.error}"
+            results.append(Result(name, "", Status.UNKNOWN, why, ""))
+            continue
+        try:
+            findings = spec.func(state.facts, settings.params)
+        except Exception as exc:  # a check bug must not take the report down
+            log.exception("check %s raised", name)
+            results.append(Result(name, "", Status.UNKNOWN, f"check error: {exc!r}", ""))
+            continue
+        for f in findings:
+            if f.deviates is None:
+                status = Status.SKIP
+            elif f.deviates:
+                status = settings.severity
+            else:
+                status = Status.PASS
+            hint = f.hint if status in (Status.FAIL, Status.WARN) else ""
+            results.append(Result(name, f.subject, status, f.observed, f.expected, hint))
+    results.sort(key=lambda r: (r.check, r.subject))
+    return results

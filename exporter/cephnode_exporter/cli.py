@@ -1,0 +1,305 @@
+"""Command line: ``serve`` (the default), ``dump`` and ``check``.
+
+Flag names follow node_exporter (``--web.listen-address``, ``--path.sysfs``,
+``--[no-]collector.<name>``) so operators and config management reuse what they know.
+Exit codes: 0 success (``check``: nothing failed), 1 a check failed, 2 usage or internal
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
+
+from cephnode_exporter import __version__, logs
+from cephnode_exporter.checks import Status, load_all
+from cephnode_exporter.collectors import REGISTRY, CollectorContext
+from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.profile import ProfileError, load_profile
+from cephnode_exporter.report import render_json, render_text
+from cephnode_exporter.scrape import Collection, Scraper
+
+log = logging.getLogger("cephnode_exporter")
+
+COMMANDS = ("serve", "dump", "check")
+DEFAULT_LISTEN = ":10060"
+# Leave Prometheus this much of its scrape timeout to receive and parse the answer.
+SCRAPE_TIMEOUT_OFFSET = 0.5
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600]: {text}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    """Flags every command shares: where the host is, what to collect, how to log."""
+    paths = parser.add_argument_group("host paths")
+    paths.add_argument(
+        "--path.procfs",
+        dest="path_procfs",
+        default="/proc",
+        metavar="PATH",
+        help="procfs mount point (default: %(default)s)",
+    )
+    paths.add_argument(
+        "--path.sysfs",
+        dest="path_sysfs",
+        default="/sys",
+        metavar="PATH",
+        help="sysfs mount point (default: %(default)s)",
+    )
+    paths.add_argument(
+        "--path.rootfs",
+        dest="path_rootfs",
+        default="/",
+        metavar="PATH",
+        help="root filesystem, for /etc and /dev (default: %(default)s)",
+    )
+    collectors = parser.add_argument_group("collectors")
+    for name, cls in sorted(REGISTRY.items()):
+        state = "enabled" if cls.default_enabled else "disabled"
+        collectors.add_argument(
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            action=argparse.BooleanOptionalAction,
+            default=cls.default_enabled,
+            help=f"{cls.help} (default: {state})",
+        )
+        cls.add_arguments(collectors)
+    collectors.add_argument(
+        "--collector.timeout",
+        dest="collector_timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="time one collector may take before it is reported failed (default: %(default)s)",
+    )
+    collectors.add_argument(
+        "--scrape.timeout",
+        dest="scrape_timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="budget of a whole scrape; lowered to Prometheus' own "
+        "scrape timeout when it sends one (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="tuning profile merged over the built-in default",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=list(logs.LEVELS),
+        default="info",
+        help="(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=["logfmt", "json"],
+        default="logfmt",
+        help="(default: %(default)s)",
+    )
+    parser.add_argument("--version", action="version", version=f"cephnode-exporter {__version__}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cephnode-exporter",
+        description="Prometheus exporter for the host side of Ceph storage nodes, and a "
+        "tuning report. Without a command, serves metrics.",
+    )
+    parser.add_argument("--version", action="version", version=f"cephnode-exporter {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,dump,check}")
+    serve = sub.add_parser("serve", help="serve /metrics over HTTP (the default)")
+    serve.add_argument(
+        "--web.listen-address",
+        dest="web_listen_address",
+        default=DEFAULT_LISTEN,
+        metavar="ADDR",
+        help="address to listen on (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--web.telemetry-path",
+        dest="web_telemetry_path",
+        default="/metrics",
+        metavar="PATH",
+        help="path of the metrics (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        metavar="FILE",
+        help="exporter-toolkit web config (TLS, basic auth); see docs/web-config.md",
+    )
+    serve.add_argument(
+        "--web.max-connections",
+        dest="web_max_connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="concurrent connections (default: %(default)s)",
+    )
+    _common(serve)
+    dump = sub.add_parser("dump", help="collect once and print the exposition text")
+    _common(dump)
+    check = sub.add_parser("check", help="print the node's tuning report")
+    check.add_argument(
+        "--format", choices=["text", "json"], default="text", help="(default: %(default)s)"
+    )
+    _common(check)
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "serve")
+    args = build_parser().parse_args(argv)
+    if args.command == "serve" and not args.web_telemetry_path.startswith("/"):
+        build_parser().error("--web.telemetry-path must start with '/'")
+    if args.command == "serve" and args.web_max_connections < 1:
+        build_parser().error("--web.max-connections must be at least 1")
+    return args
+
+
+def build_scraper(args: argparse.Namespace) -> Scraper:
+    """The collectors the flags enable, the profile, and the checks, wired together."""
+    specs = load_all()
+    profile = load_profile(args.profile, specs)
+    fs = HostFS(procfs=args.path_procfs, sysfs=args.path_sysfs, rootfs=args.path_rootfs)
+    ctx = CollectorContext(fs=fs, options=args)
+    enabled = [name for name in sorted(REGISTRY) if getattr(args, f"collector_{name}")]
+    disabled = [name for name in sorted(REGISTRY) if name not in enabled]
+    for path in (fs.procfs, fs.sysfs, fs.rootfs):
+        if not os.path.isdir(path):
+            log.warning("host path is not a directory", extra=logs.kv(path=path))
+    collectors = [REGISTRY[name](ctx) for name in enabled]
+    return Scraper(collectors, disabled, profile, specs, collector_timeout=args.collector_timeout)
+
+
+class _Families:
+    """Adapter so prometheus_client's encoder can render one collection."""
+
+    def __init__(self, collection: Collection) -> None:
+        self._collection = collection
+
+    def collect(self) -> list[Metric]:
+        return self._collection.families()
+
+
+def exposition(collection: Collection) -> bytes:
+    return generate_latest(_Families(collection))  # type: ignore[arg-type]
+
+
+def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
+    budget = args.scrape_timeout
+    if header_timeout is not None and header_timeout > 0:
+        budget = min(budget, max(0.1, header_timeout - SCRAPE_TIMEOUT_OFFSET))
+    return budget
+
+
+def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
+    from cephnode_exporter.web import make_server
+    from cephnode_exporter.webconfig import WebConfigError, load_web_config
+
+    web_config = None
+    if args.web_config_file:
+        try:
+            web_config = load_web_config(args.web_config_file)
+        except WebConfigError as exc:
+            log.error("invalid web config", extra=logs.kv(err=str(exc)))
+            return EXIT_ERROR
+    try:
+        server = make_server(
+            args.web_listen_address,
+            args.web_telemetry_path,
+            lambda header_timeout: exposition(scraper.collect(_budget(args, header_timeout))),
+            web_config=web_config,
+            max_connections=args.web_max_connections,
+        )
+    except (OSError, ValueError) as exc:
+        log.error("cannot listen", extra=logs.kv(address=args.web_listen_address, err=str(exc)))
+        return EXIT_ERROR
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("shutting down", extra=logs.kv(signal=signal.Signals(signum).name))
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    host, port = server.server_address[:2]
+    log.info(
+        "listening",
+        extra=logs.kv(
+            address=f"{host}:{port}",
+            tls=web_config is not None and web_config.ssl_context is not None,
+            collectors=",".join(scraper.collector_names),
+            profile=scraper.profile.name,
+            version=__version__,
+        ),
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
+def cmd_dump(args: argparse.Namespace, scraper: Scraper) -> int:
+    sys.stdout.buffer.write(exposition(scraper.collect(args.scrape_timeout)))
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace, scraper: Scraper) -> int:
+    collection = scraper.collect(args.scrape_timeout)
+    node = socket.gethostname()
+    if args.format == "json":
+        out = json.dumps(render_json(node, scraper.profile, collection.results), indent=2)
+    else:
+        out = render_text(node, scraper.profile, collection.results)
+    sys.stdout.write(out + "\n")
+    sys.stdout.flush()
+    failed = any(r.status == Status.FAIL for r in collection.results)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logs.setup(args.log_level, args.log_format)
+    try:
+        scraper = build_scraper(args)
+    except ProfileError as exc:
+        log.error("invalid profile", extra=logs.kv(err=str(exc)))
+        return EXIT_ERROR
+    command = {"serve": cmd_serve, "dump": cmd_dump, "check": cmd_check}[args.command]
+    try:
+        return command(args, scraper)
+    except BrokenPipeError:
+        return EXIT_OK  # `cephnode-exporter dump | head` is not an error
+    except Exception:
+        log.exception("internal error")
+        return EXIT_ERROR

@@ -1,0 +1,77 @@
+"""Collector ``cpufreq``: the frequency-scaling policy, counted by CPU.
+
+A node left on ``powersave`` or ``schedutil`` answers an NVMe completion slower than one
+on ``performance``. Current frequencies are node_exporter's (``node_cpu_scaling_*``) and
+are not exported again; this collector says how the policy is set.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cephnode_exporter.collectors.base import Collector, metric_name, register
+from cephnode_exporter.hostfs.cpufreq import CPUFreq, read_cpufreq
+
+
+@register
+class CPUFreqCollector(Collector):
+    name = "cpufreq"
+    help = "CPU frequency scaling driver, governors, energy-performance preference, boost"
+
+    def read(self) -> CPUFreq:
+        return read_cpufreq(self.ctx.fs)
+
+    def metrics(self, facts: CPUFreq) -> Iterable[Metric]:
+        yield _counted(
+            "cpu_scaling_driver_cpus",
+            "Online CPUs per cpufreq scaling driver.",
+            "driver",
+            Counter(p.driver for p in facts.cpus.values()),
+        )
+        yield _counted(
+            "cpu_scaling_governor_cpus",
+            "Online CPUs per cpufreq scaling governor.",
+            "governor",
+            Counter(p.governor for p in facts.cpus.values()),
+        )
+        yield _counted(
+            "cpu_energy_performance_preference_cpus",
+            "Online CPUs per energy-performance preference (drivers with EPP only).",
+            "preference",
+            Counter(
+                p.energy_performance_preference
+                for p in facts.cpus.values()
+                if p.energy_performance_preference is not None
+            ),
+        )
+        online = GaugeMetricFamily(
+            metric_name("cpu_scaling_online_cpus"),
+            "Online CPUs, with or without cpufreq (the denominator of the per-CPU counts).",
+        )
+        online.add_metric([], float(facts.online_cpus))
+        yield online
+        if facts.boost is not None:
+            boost = GaugeMetricFamily(
+                metric_name("cpu_boost_enabled"),
+                "1 when frequency boost (turbo) is enabled.",
+            )
+            boost.add_metric([], 1.0 if facts.boost else 0.0)
+            yield boost
+        if facts.amd_pstate_status is not None:
+            status = GaugeMetricFamily(
+                metric_name("cpu_amd_pstate_info"),
+                "Operating mode of the amd-pstate driver (active, passive, guided, disable).",
+                labels=["status"],
+            )
+            status.add_metric([facts.amd_pstate_status], 1.0)
+            yield status
+
+
+def _counted(name: str, doc: str, label: str, counts: Counter[str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(metric_name(name), doc, labels=[label])
+    for value, count in sorted(counts.items()):
+        family.add_metric([value], float(count))
+    return family

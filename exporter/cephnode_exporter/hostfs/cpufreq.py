@@ -1,0 +1,90 @@
+"""CPU frequency scaling policy from sysfs.
+
+ABI: Documentation/ABI/testing/sysfs-devices-system-cpu and
+Documentation/admin-guide/pm/cpufreq.rst. ``cpuN/cpufreq`` links to the CPU's
+``cpufreq/policyM`` directory; ``energy_performance_preference`` exists only with
+drivers that have EPP (amd-pstate-epp, intel_pstate active). Boost is global:
+``cpufreq/boost`` (acpi-cpufreq, amd-pstate) or the inverse ``intel_pstate/no_turbo``.
+``amd_pstate/status`` (Documentation/admin-guide/pm/amd-pstate.rst) is one of
+"active", "passive", "guided" or "disable".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cephnode_exporter.hostfs import (
+    HostFS,
+    ParseError,
+    ReadErrors,
+    read_optional_text,
+    read_text,
+)
+from cephnode_exporter.hostfs.cpu import CPU_DIR, cpu_dir, online_cpus
+
+
+@dataclass(frozen=True)
+class CPUPolicy:
+    """The scaling policy one CPU runs under."""
+
+    driver: str
+    governor: str
+    energy_performance_preference: str | None
+
+
+@dataclass
+class CPUFreq:
+    """The node's frequency-scaling picture. ``cpus`` is empty without cpufreq (a VM)."""
+
+    cpus: dict[int, CPUPolicy] = field(default_factory=dict)
+    online_cpus: int = 0
+    boost: bool | None = None
+    amd_pstate_status: str | None = None
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+def read_cpufreq(fs: HostFS) -> CPUFreq:
+    result = CPUFreq()
+    cpus = online_cpus(fs)
+    result.online_cpus = len(cpus)
+    for cpu in cpus:
+        base = cpu_dir(fs, cpu, "cpufreq")
+        try:
+            driver = read_text(f"{base}/scaling_driver")
+        except FileNotFoundError:
+            continue  # no cpufreq for this CPU
+        except (OSError, ParseError) as exc:
+            result.errors.add(exc)
+            continue
+        try:
+            governor = read_text(f"{base}/scaling_governor")
+            epp = read_optional_text(f"{base}/energy_performance_preference")
+        except (OSError, ParseError) as exc:
+            result.errors.add(exc)
+            continue
+        result.cpus[cpu] = CPUPolicy(driver, governor, epp)
+    result.boost = _read_boost(fs, result.errors)
+    try:
+        result.amd_pstate_status = read_optional_text(fs.sys(*CPU_DIR, "amd_pstate", "status"))
+    except OSError as exc:
+        result.errors.add(exc)
+    return result
+
+
+def _read_boost(fs: HostFS, errors: ReadErrors) -> bool | None:
+    for path, inverted in (
+        (fs.sys(*CPU_DIR, "cpufreq", "boost"), False),
+        (fs.sys(*CPU_DIR, "intel_pstate", "no_turbo"), True),
+    ):
+        try:
+            text = read_optional_text(path)
+        except OSError as exc:
+            errors.add(exc)
+            continue
+        if text is None:
+            continue
+        if text not in ("0", "1"):
+            errors.add(ParseError(path, f"expected 0 or 1, got {text[:20]!r}"))
+            continue
+        return (text == "1") != inverted
+    return None

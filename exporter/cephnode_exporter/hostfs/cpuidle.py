@@ -1,0 +1,180 @@
+"""CPU idle states (C-states) from sysfs.
+
+ABI: Documentation/ABI/testing/sysfs-devices-system-cpu and drivers/cpuidle/sysfs.c.
+``/sys/devices/system/cpu/cpuidle/current_{driver,governor}`` name the driver and
+governor; ``cpuN/cpuidle/stateK/`` holds one state of one CPU:
+
+- ``name``, ``desc``: static strings ("C2", "ACPI IOPORT 0x814");
+- ``latency`` (exit latency) and ``residency`` (target residency): static, microseconds;
+- ``time`` (microseconds), ``usage`` (entries), ``above``/``below`` (entries whose idle
+  period was too short/long for the state), ``rejected`` (entries refused by the
+  driver): cumulative counters; ``above``/``below`` appeared in 5.6, ``rejected`` in 5.10;
+- ``disable``: 1 when the state is disabled for this CPU (by the admin, or by default
+  when ``default_status`` is "disabled", see drivers/cpuidle/driver.c).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cephnode_exporter.hostfs import (
+    HostFS,
+    ParseError,
+    ReadErrors,
+    list_dir,
+    read_int,
+    read_optional_text,
+    read_text,
+)
+from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
+
+CPUIDLE_DIR = ("devices", "system", "cpu", "cpuidle")
+
+# The per-entry counters, in the order they are exported.
+COUNTER_FILES = ("time", "usage", "above", "below", "rejected")
+
+
+@dataclass(frozen=True)
+class IdleStateInfo:
+    """Static attributes of one idle state of one CPU."""
+
+    index: int
+    name: str
+    desc: str
+    exit_latency_us: int
+    target_residency_us: int
+
+
+@dataclass
+class IdleStateSample:
+    """One state of one CPU at one scrape. A counter is None when unreadable or absent."""
+
+    info: IdleStateInfo
+    time_us: int | None = None
+    usage: int | None = None
+    above: int | None = None
+    below: int | None = None
+    rejected: int | None = None
+    disabled: bool | None = None
+
+
+@dataclass
+class CPUIdle:
+    """The node's idle-state picture at one scrape.
+
+    ``driver`` is None when the kernel has no cpuidle framework (CONFIG_CPU_IDLE=n) and
+    "none" when no driver registered; ``cpus`` then is empty.
+    """
+
+    driver: str | None
+    governor: str | None
+    cpus: dict[int, list[IdleStateSample]] = field(default_factory=dict)
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+class CPUIdleReader:
+    """Reads cpuidle, caching the static state attributes between scrapes.
+
+    The cache is keyed by the driver and the online CPU set: a driver reload or a CPU
+    hotplug rebuilds it. A CPU whose static files failed is not cached, so it is retried
+    on the next scrape instead of staying missing.
+    """
+
+    def __init__(self, fs: HostFS) -> None:
+        self._fs = fs
+        self._key: tuple[str, tuple[int, ...]] | None = None
+        self._static: dict[int, list[IdleStateInfo]] = {}
+
+    def read(self) -> CPUIdle:
+        fs = self._fs
+        driver = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_driver"))
+        governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor"))
+        if governor is None:
+            governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor_ro"))
+        result = CPUIdle(driver=driver, governor=governor)
+        if driver is None or driver == "none":
+            return result
+        cpus = online_cpus(fs)
+        key = (driver, tuple(cpus))
+        if key != self._key:
+            self._key = key
+            self._static = {}
+        for cpu in cpus:
+            states = self._static.get(cpu)
+            if states is None:
+                states = self._read_static(cpu, result.errors)
+                if states is None:
+                    continue
+            samples = [self._read_sample(cpu, info, result.errors) for info in states]
+            # A CPU that went offline between reading "online" and its files is dropped
+            # whole rather than exported half-read.
+            if all(s.disabled is None and s.time_us is None for s in samples):
+                self._static.pop(cpu, None)
+                continue
+            result.cpus[cpu] = samples
+        return result
+
+    def _read_static(self, cpu: int, errors: ReadErrors) -> list[IdleStateInfo] | None:
+        base = cpu_dir(self._fs, cpu, "cpuidle")
+        names = [n for n in list_dir(base) if n.startswith("state") and n[5:].isdigit()]
+        states: list[IdleStateInfo] = []
+        complete = True
+        for entry in sorted(names, key=lambda n: int(n[5:])):
+            path = f"{base}/{entry}"
+            try:
+                states.append(
+                    IdleStateInfo(
+                        index=int(entry[5:]),
+                        name=_nonempty(f"{path}/name", read_text(f"{path}/name")),
+                        desc=read_optional_text(f"{path}/desc") or "",
+                        exit_latency_us=_nonnegative(
+                            f"{path}/latency", read_int(f"{path}/latency")
+                        ),
+                        target_residency_us=_nonnegative(
+                            f"{path}/residency", read_int(f"{path}/residency")
+                        ),
+                    )
+                )
+            except (OSError, ParseError) as exc:
+                errors.add(exc)
+                complete = False
+        if not states:
+            return None
+        if complete:
+            self._static[cpu] = states
+        return states
+
+    def _read_sample(self, cpu: int, info: IdleStateInfo, errors: ReadErrors) -> IdleStateSample:
+        path = cpu_dir(self._fs, cpu, "cpuidle", f"state{info.index}")
+        sample = IdleStateSample(info=info)
+        for name in COUNTER_FILES:
+            try:
+                setattr(sample, "time_us" if name == "time" else name, read_int(f"{path}/{name}"))
+            except FileNotFoundError:
+                if name in ("time", "usage"):
+                    # Present since cpuidle began; missing means the CPU went away.
+                    errors.add(FileNotFoundError(f"{path}/{name}: vanished"))
+            except (OSError, ParseError) as exc:
+                errors.add(exc)
+        try:
+            value = read_int(f"{path}/disable")
+            if value not in (0, 1):
+                raise ParseError(f"{path}/disable", f"expected 0 or 1, got {value}")
+            sample.disabled = value == 1
+        except FileNotFoundError:
+            pass
+        except (OSError, ParseError) as exc:
+            errors.add(exc)
+        return sample
+
+
+def _nonempty(path: str, text: str) -> str:
+    if not text:
+        raise ParseError(path, "empty")
+    return text
+
+
+def _nonnegative(path: str, value: int) -> int:
+    if value < 0:
+        raise ParseError(path, f"negative: {value}")
+    return value

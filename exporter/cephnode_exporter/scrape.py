@@ -1,0 +1,321 @@
+"""One collection of every enabled collector, within a time budget, whatever goes wrong.
+
+Three rules shape this module:
+
+- **Serial sysfs reads.** Collectors run one after another on a single worker thread:
+  parallel sysfs reads on many-core machines hit kernel lock contention and races
+  (node_exporter runs with GOMAXPROCS=1 for the same reason, its issues #1880, #2966).
+- **Nothing stalls a scrape.** Each collector call has a deadline. A call that overruns
+  (a driver blocking in a sysfs read) is abandoned: the scrape reports the collector
+  failed and moves on with a fresh worker; the collector is not called again until the
+  stuck call returns, so hung threads never pile up.
+- **Concurrent scrapes share work.** A scrape that arrives while a collection runs waits
+  for the next one to start and shares it with every other waiter, so 20 parallel
+  scrapes cost at most two collections and all of them see values read after they asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cephnode_exporter import __version__
+from cephnode_exporter.checks import CheckSpec, Result, Status
+from cephnode_exporter.checks.evaluate import CollectorFacts, evaluate
+from cephnode_exporter.collectors.base import Collector, metric_name
+from cephnode_exporter.logs import kv
+from cephnode_exporter.profile import Profile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What one collector produced in one collection."""
+
+    name: str
+    success: bool
+    duration: float
+    facts: Any = None
+    families: list[Metric] = field(default_factory=list)
+    read_errors: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Collection:
+    """The result of one collection: per-collector outcomes and the check results."""
+
+    outcomes: list[Outcome]
+    results: list[Result]
+    profile_name: str
+
+    def families(self) -> list[Metric]:
+        """Every metric family of this collection, the exporter's own included."""
+        out: list[Metric] = []
+        for o in self.outcomes:
+            out.extend(o.families)
+        out.extend(self._meta())
+        return [f for f in out if f.samples]
+
+    def _meta(self) -> Iterable[Metric]:
+        build = GaugeMetricFamily(
+            metric_name("exporter_build_info"),
+            "The exporter's version and the Python running it.",
+            labels=["version", "python_version"],
+        )
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        yield build
+        success = GaugeMetricFamily(
+            metric_name("scrape_collector_success"),
+            "1 when the collector succeeded in this scrape, 0 when it failed or timed out.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            metric_name("scrape_collector_duration_seconds"),
+            "Time the collector took in this scrape.",
+            labels=["collector"],
+        )
+        errors = GaugeMetricFamily(
+            metric_name("scrape_collector_read_errors"),
+            "Items the collector skipped in this scrape because a file was unreadable or "
+            "malformed (the log names them).",
+            labels=["collector"],
+        )
+        for o in self.outcomes:
+            success.add_metric([o.name], 1.0 if o.success else 0.0)
+            duration.add_metric([o.name], o.duration)
+            errors.add_metric([o.name], float(o.read_errors))
+        yield from (success, duration, errors)
+        profile = GaugeMetricFamily(
+            metric_name("tuning_profile_info"),
+            "The tuning profile the checks are evaluated against.",
+            labels=["profile"],
+        )
+        profile.add_metric([self.profile_name], 1.0)
+        yield profile
+        failed = GaugeMetricFamily(
+            metric_name("tuning_check_failed"),
+            "1 when the tuning check fails for the subject (see `cephnode-exporter check`).",
+            labels=["check", "subject"],
+        )
+        warning = GaugeMetricFamily(
+            metric_name("tuning_check_warning"),
+            "1 when the tuning check warns for the subject.",
+            labels=["check", "subject"],
+        )
+        for r in self.results:
+            if r.status in (Status.SKIP, Status.UNKNOWN):
+                # Unknown is carried by the collector's success metric; skip is not a result.
+                continue
+            failed.add_metric([r.check, r.subject], 1.0 if r.status == Status.FAIL else 0.0)
+            warning.add_metric([r.check, r.subject], 1.0 if r.status == Status.WARN else 0.0)
+        yield from (failed, warning)
+
+
+class _Call:
+    """One function call handed to a worker, with its outcome."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.value: Any = None
+        self.exc: BaseException | None = None
+        self.started = time.monotonic()
+
+
+class _Worker:
+    """A daemon thread that runs calls one at a time, in order."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        thread = threading.Thread(target=self._loop, name="collector-worker", daemon=True)
+        thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> _Call:
+        call = _Call(fn)
+        self._queue.put(call)
+        return call
+
+    def retire(self) -> None:
+        """Let the thread exit once its current (stuck) call returns."""
+        self._queue.put(None)
+
+    def _loop(self) -> None:
+        while (call := self._queue.get()) is not None:
+            call.started = time.monotonic()
+            try:
+                call.value = call.fn()
+            except BaseException as exc:  # handed to the scrape, which logs it
+                call.exc = exc
+            call.done.set()
+
+
+class _Round:
+    """A collection that scrapes can wait on and share.
+
+    ``deadlines`` holds the deadline of every scrape still waiting for it; the round runs
+    until the earliest, so no waiter is answered late.
+    """
+
+    def __init__(self) -> None:
+        self.deadlines: list[float] = []
+        self.collection: Collection | None = None
+
+
+class Scraper:
+    """Runs collections of the enabled collectors and evaluates the tuning checks."""
+
+    def __init__(
+        self,
+        collectors: list[Collector],
+        disabled: Iterable[str],
+        profile: Profile,
+        specs: dict[str, CheckSpec],
+        collector_timeout: float = 5.0,
+    ) -> None:
+        self._collectors = collectors
+        self._disabled = set(disabled)
+        self._profile = profile
+        self._specs = specs
+        self._collector_timeout = collector_timeout
+        self._worker = _Worker()
+        self._stuck: dict[str, _Call] = {}
+        self._last_error: dict[str, str | None] = {}
+        self._cond = threading.Condition()
+        self._running: _Round | None = None
+        self._pending: _Round | None = None
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
+
+    @property
+    def collector_names(self) -> list[str]:
+        return [c.name for c in self._collectors]
+
+    def collect(self, budget: float) -> Collection:
+        """Collect, sharing the work with concurrent callers; returns within ``budget``."""
+        deadline = time.monotonic() + budget
+        with self._cond:
+            mine = self._pending
+            if mine is None:
+                mine = self._pending = _Round()
+            mine.deadlines.append(deadline)
+            # Wait for the collection in progress: its reads may predate this request.
+            while self._running is not None and self._pending is mine:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(timeout=remaining)
+            if self._pending is mine and self._running is not None:
+                # Gave up before our round could start; leave it to the others.
+                mine.deadlines.remove(deadline)
+                if not mine.deadlines:
+                    self._pending = None
+                return self._timed_out()
+            drive = self._pending is mine
+            if drive:
+                self._pending = None
+                self._running = mine
+        if drive:
+            try:
+                mine.collection = self._run(min(mine.deadlines))
+            finally:
+                with self._cond:
+                    self._running = None
+                    self._cond.notify_all()
+            return mine.collection
+        with self._cond:
+            while mine.collection is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(timeout=remaining)
+            if mine.collection is not None:
+                return mine.collection
+        return self._timed_out()
+
+    def _timed_out(self) -> Collection:
+        """A valid answer for a caller whose budget ran out while waiting for others."""
+        msg = "scrape budget ran out while waiting for a concurrent collection"
+        log.warning(msg)
+        outcomes = [Outcome(c.name, False, 0.0, error=msg) for c in self._collectors]
+        return Collection(outcomes, [], self._profile.name)
+
+    def _run(self, deadline: float) -> Collection:
+        outcomes = [self._run_one(c, deadline) for c in self._collectors]
+        states = {name: CollectorFacts(enabled=False) for name in self._disabled}
+        for o in outcomes:
+            states[o.name] = CollectorFacts(enabled=True, facts=o.facts, error=o.error)
+        results = evaluate(self._profile, self._specs, states)
+        return Collection(outcomes, results, self._profile.name)
+
+    def _run_one(self, collector: Collector, deadline: float) -> Outcome:
+        name = collector.name
+        start = time.monotonic()
+        stuck = self._stuck.get(name)
+        if stuck is not None:
+            if not stuck.done.is_set():
+                age = start - stuck.started
+                return self._fail(name, 0.0, f"still blocked in a call started {age:.1f}s ago")
+            del self._stuck[name]
+        timeout = min(self._collector_timeout, deadline - start)
+        if timeout <= 0:
+            return self._fail(name, 0.0, "scrape budget exhausted before the collector ran")
+
+        def work() -> tuple[Any, list[Metric]]:
+            facts = collector.read()
+            return facts, list(collector.metrics(facts))
+
+        call = self._worker.submit(work)
+        finished = call.done.wait(timeout)
+        duration = time.monotonic() - start
+        if not finished:
+            # Abandon the worker; the stuck call keeps its thread until it returns.
+            self._stuck[name] = call
+            self._worker.retire()
+            self._worker = _Worker()
+            return self._fail(name, duration, f"timed out after {timeout:.2f}s")
+        if call.exc is not None:
+            return self._fail(name, duration, f"{type(call.exc).__name__}: {call.exc}")
+        facts, families = call.value
+        outcome = Outcome(
+            name, True, duration, facts, families, read_errors=collector.read_errors(facts)
+        )
+        self._note(name, None)
+        if outcome.read_errors:
+            log.debug(
+                "collector skipped unreadable items",
+                extra=kv(
+                    collector=name, count=outcome.read_errors, first=collector.first_errors(facts)
+                ),
+            )
+        return outcome
+
+    def _fail(self, name: str, duration: float, error: str) -> Outcome:
+        self._note(name, error)
+        return Outcome(name, False, duration, error=error)
+
+    def _note(self, name: str, error: str | None) -> None:
+        """Log a failure when it starts or changes and the recovery, not every scrape."""
+        previous = self._last_error.get(name)
+        self._last_error[name] = error
+        if error is not None and _shape(error) != _shape(previous):
+            log.error("collector failed", extra=kv(collector=name, err=error))
+        elif error is None and previous is not None:
+            log.info("collector recovered", extra=kv(collector=name))
+
+
+def _shape(error: str | None) -> str | None:
+    """An error message without its numbers, so "timed out after 4.97s" repeats as one."""
+    return None if error is None else re.sub(r"[0-9.]+", "#", error)

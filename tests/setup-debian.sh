@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install the Debian packages the test suite drives for real. Idempotent and quick when
+# everything is present; needs root (apt-get) only when something is missing.
+set -euo pipefail
+
+# package -> a file it installs, to tell whether it is present without dpkg races
+declare -A PROVIDES=(
+  [prometheus]=/usr/bin/promtool
+  [prometheus-node-exporter]=/usr/bin/prometheus-node-exporter
+  [systemd]=/usr/bin/systemd-analyze
+  [openssl]=/usr/bin/openssl
+)
+
+want=("$@")
+if [ ${#want[@]} -eq 0 ]; then
+  want=("${!PROVIDES[@]}")
+fi
+
+missing=()
+for pkg in "${want[@]}"; do
+  file="${PROVIDES[$pkg]:-}"
+  if [ -n "$file" ] && [ -e "$file" ]; then
+    continue
+  fi
+  if [ -z "$file" ] && dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
+    continue
+  fi
+  missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup-debian: missing ${missing[*]}; not root, so not installing (tests needing them skip, or fail under CI=true)" >&2
+  exit 0
+fi
+echo "setup-debian: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# Package scripts must not start the daemons we run ourselves in the tests.
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+chmod +x /usr/sbin/policy-rc.d
+trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
