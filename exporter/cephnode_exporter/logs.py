@@ -67,4 +67,4 @@ def setup(level: str, fmt: str) -> None:
 
 def kv(**fields: object) -> dict[str, dict[str, object]]:
     """Structured fields for one log call: ``log.info("msg", extra=kv(collector="x"))``."""
-    return {"extra": {"kv": fields}}
+    return {"kv": fields}

@@ -20,7 +20,8 @@ from cephnode_exporter.hostfs.cmdline import read_cmdline
 from cephnode_exporter.hostfs.cpuidle import CPUIdle, CPUIdleReader, IdleStateSample
 from cephnode_exporter.hostfs.pmqos import read_cpu_latency_limit_us
 
-US = 1e-6
+# Microseconds per second: divide (400 / 1e6 prints 0.0004; 400 * 1e-6 does not).
+US_PER_S = 1e6
 
 # Kernel parameters that limit or replace C-states (Documentation/admin-guide/
 # kernel-parameters.txt); exported as labels of one info series, empty when absent.
@@ -41,24 +42,24 @@ class CPUIdleFacts:
     errors: ReadErrors
 
 
-# (attribute of IdleStateSample, metric suffix, help, scale)
+# (attribute of IdleStateSample, metric suffix, help, divisor to base units)
 _COUNTERS = (
-    ("time_us", "time_seconds", "Time CPUs spent in the idle state.", US),
-    ("usage", "entries", "Times CPUs entered the idle state.", 1.0),
+    ("time_us", "time_seconds", "Time CPUs spent in the idle state.", US_PER_S),
+    ("usage", "entries", "Times CPUs entered the idle state.", 1),
     (
         "above",
         "above",
         "Entries whose actual idle time was shorter than the state's target residency "
         "(the state was too deep).",
-        1.0,
+        1,
     ),
     (
         "below",
         "below",
         "Entries whose idle time would have allowed a deeper state (the state was too shallow).",
-        1.0,
+        1,
     ),
-    ("rejected", "rejected", "Requests to enter the state that the driver refused.", 1.0),
+    ("rejected", "rejected", "Requests to enter the state that the driver refused.", 1),
 )
 
 
@@ -120,7 +121,7 @@ class CPUIdleCollector(Collector):
                 "System-wide PM QoS CPU latency limit; states with a longer exit latency "
                 "are not used (2000 s means no limit).",
                 {},
-                facts.latency_limit_us * US,
+                facts.latency_limit_us / US_PER_S,
             )
         yield from self._state_metrics(idle)
 
@@ -172,8 +173,8 @@ class CPUIdleCollector(Collector):
                 )
         for name, s in seen.items():
             info.add_metric([name, s.info.desc], 1.0)
-            latency.add_metric([name], max_latency[name] * US)
-            residency.add_metric([name], s.info.target_residency_us * US)
+            latency.add_metric([name], max_latency[name] / US_PER_S)
+            residency.add_metric([name], s.info.target_residency_us / US_PER_S)
 
         if per_cpu:
             for cpu, samples in sorted(idle.cpus.items()):
@@ -184,9 +185,9 @@ class CPUIdleCollector(Collector):
                     for attr, scale, family in counters:
                         value = getattr(s, attr)
                         if value is not None:
-                            family.add_metric(labels, value * scale)
+                            family.add_metric(labels, value / scale)
                     if s.usage is not None:
-                        wakeup.add_metric(labels, s.usage * s.info.exit_latency_us * US)
+                        wakeup.add_metric(labels, s.usage * s.info.exit_latency_us / US_PER_S)
         else:
             for name in seen:
                 states = [
@@ -200,10 +201,10 @@ class CPUIdleCollector(Collector):
                     # A partial sum would look like a counter reset; skip the series instead
                     # (the skipped file is counted in cephnode_scrape_collector_read_errors).
                     if None not in values:
-                        family.add_metric([name], sum(values) * scale)
+                        family.add_metric([name], sum(values) / scale)
                 usages = [(s.usage, s.info.exit_latency_us) for s in states]
                 if all(u is not None for u, _ in usages):
-                    wakeup.add_metric([name], sum(u * lat for u, lat in usages) * US)
+                    wakeup.add_metric([name], sum(u * lat for u, lat in usages) / US_PER_S)
         yield info
         yield latency
         yield residency

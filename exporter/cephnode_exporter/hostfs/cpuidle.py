@@ -87,6 +87,8 @@ class CPUIdleReader:
 
     def read(self) -> CPUIdle:
         fs = self._fs
+        # Read first: a sysfs without CPUs is a wrong --path.sysfs, not a node without cpuidle.
+        cpus = online_cpus(fs)
         driver = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_driver"))
         governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor"))
         if governor is None:
@@ -94,7 +96,6 @@ class CPUIdleReader:
         result = CPUIdle(driver=driver, governor=governor)
         if driver is None or driver == "none":
             return result
-        cpus = online_cpus(fs)
         key = (driver, tuple(cpus))
         if key != self._key:
             self._key = key

@@ -1,0 +1,158 @@
+"""Shared test plumbing: fixture trees, CLI runners, and the no-skip rule for CI.
+
+A test that needs root, a Debian package or a tool calls :func:`need`; on a developer's
+laptop that is a skip with the reason, under ``CI=true`` it is a failure, because CI
+must prove everything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.scrape import Collection
+
+from tests.fixtures.sysfsgen import build_tree, load_node
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+NODES = ("epyc9454p-tuned", "epyc9454p-detuned")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden files from the current output instead of comparing",
+    )
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def need(ok: bool, reason: str) -> None:
+    """Skip when ``ok`` is false, except in CI, where a missing prerequisite fails."""
+    if ok:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true and a prerequisite is missing: {reason}")
+    pytest.skip(reason)
+
+
+def need_tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    need(path is not None, f"{name} not found (Debian package {package}; `make deps` installs it)")
+    assert path is not None
+    return path
+
+
+def need_root(why: str) -> None:
+    need(os.geteuid() == 0, f"needs root: {why}")
+
+
+class Tree:
+    """A generated host tree and the flags that point the exporter at it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sys = root / "sys"
+        self.proc = root / "proc"
+        self.rootfs = root / "root"
+
+    @property
+    def flags(self) -> list[str]:
+        return [
+            f"--path.sysfs={self.sys}",
+            f"--path.procfs={self.proc}",
+            f"--path.rootfs={self.rootfs}",
+        ]
+
+
+MakeTree = Callable[..., Tree]
+
+
+@pytest.fixture
+def make_tree(tmp_path: Path) -> MakeTree:
+    """Build a node tree, optionally with faults: ``make_tree("epyc9454p-detuned", faults=...)``."""
+    counter = iter(range(1000))
+
+    def make(node: str | dict, **kwargs: object) -> Tree:
+        desc = load_node(node) if isinstance(node, str) else node
+        dest = tmp_path / f"tree{next(counter)}"
+        build_tree(desc, dest, **kwargs)  # type: ignore[arg-type]
+        return Tree(dest)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def node_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Tree]:
+    """The reference nodes, built once per session (read-only for tests)."""
+    trees = {}
+    for node in NODES:
+        dest = tmp_path_factory.mktemp(node)
+        build_tree(load_node(node), dest)
+        trees[node] = Tree(dest)
+    return trees
+
+
+def collect(flags: list[str], command: str = "dump") -> Collection:
+    """One in-process collection with exactly the CLI's wiring."""
+    scraper = build_scraper(parse_args([command, *flags]))
+    return scraper.collect(10.0)
+
+
+def samples(collection: Collection) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a collection, keyed by name and label set."""
+    out = {}
+    for family in collection.families():
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(collection: Collection, name: str, **labels: str) -> float | None:
+    return samples(collection).get((name, frozenset(labels.items())))
+
+
+def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess:
+    """Run the real entry point (``python -m cephnode_exporter``) as a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "cephnode_exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def compare_golden(request: pytest.FixtureRequest, path: Path, actual: str) -> None:
+    """Compare with a golden file, or rewrite it under ``--update-golden``."""
+    if request.config.getoption("--update-golden"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+        return
+    assert path.exists(), f"{path} missing: run `make golden` and review the diff"
+    expected = path.read_text()
+    assert actual == expected, (
+        f"{path.name} differs from the golden file (`make golden` rewrites it)"
+    )
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen]]:
+    """Processes a test starts; all are killed and reaped at the end."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)

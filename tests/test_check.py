@@ -1,0 +1,205 @@
+"""`cephnode-exporter check`: the tuning report, its formats, exit codes and profiles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cephnode_exporter.checks import load_all
+from cephnode_exporter.profile import ProfileError, load_profile
+
+from tests.conftest import GOLDEN, NODES, MakeTree, Tree, collect, compare_golden, run_cli, value
+
+
+def check_json(tree: Tree, *extra: str) -> tuple[int, dict]:
+    proc = run_cli("check", "--format", "json", *tree.flags, *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def by_check(report: dict) -> dict[str, dict]:
+    return {r["check"]: r for r in report["results"]}
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_check_json_matches_expected(
+    request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str
+) -> None:
+    code, report = check_json(node_trees[node])
+    assert report["profile"] == "default"
+    assert isinstance(report["node"], str) and report["node"]
+    # The node name is this machine's; the expected file holds the results only.
+    text = json.dumps(report["results"], indent=2) + "\n"
+    compare_golden(request, GOLDEN / node / "check.json", text)
+    assert code == (1 if node.endswith("detuned") else 0)
+
+
+def test_detuned_node_fails_both_checks_with_hints(node_trees: dict[str, Tree]) -> None:
+    code, report = check_json(node_trees["epyc9454p-detuned"])
+    assert code == 1
+    results = by_check(report)
+    cstates = results["cpu.cstates"]
+    assert cstates["status"] == "fail"
+    assert cstates["subject"] == ""
+    assert "C2" in cstates["observed"] and "96/96 CPUs" in cstates["observed"]
+    assert "processor.max_cstate=1" in cstates["hint"]
+    governor = results["cpu.governor"]
+    assert governor["status"] == "fail"
+    assert "powersave" in governor["observed"]
+    assert "cpupower frequency-set -g performance" in governor["hint"]
+    for r in report["results"]:
+        assert set(r) == {"check", "subject", "status", "observed", "expected", "hint"}
+
+
+def test_tuned_node_passes(node_trees: dict[str, Tree]) -> None:
+    code, report = check_json(node_trees["epyc9454p-tuned"])
+    assert code == 0
+    assert {r["status"] for r in report["results"]} == {"pass"}
+    assert all(r["hint"] == "" for r in report["results"])
+
+
+def test_text_report_is_a_readable_table(node_trees: dict[str, Tree]) -> None:
+    proc = run_cli("check", *node_trees["epyc9454p-detuned"].flags)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("node ") and "profile default" in lines[0]
+    header = next(line for line in lines if line.startswith("CHECK"))
+    for column in ("SUBJECT", "STATUS", "OBSERVED", "EXPECTED"):
+        assert column in header
+    assert any(line.startswith("cpu.cstates") and "FAIL" in line for line in lines)
+    assert any(line.strip().startswith("fix: ") for line in lines)
+    assert lines[-1] == "summary: 2 fail, 0 warn, 0 unknown, 0 pass, 0 skip"
+
+
+def test_metrics_and_check_agree(node_trees: dict[str, Tree]) -> None:
+    tree = node_trees["epyc9454p-detuned"]
+    _, report = check_json(tree)
+    result = collect(tree.flags)
+    for r in report["results"]:
+        failed = value(
+            result, "cephnode_tuning_check_failed", check=r["check"], subject=r["subject"]
+        )
+        assert failed == (1 if r["status"] == "fail" else 0)
+
+
+def test_profile_downgrades_and_disables(node_trees: dict[str, Tree], tmp_path: Path) -> None:
+    profile = tmp_path / "site.yaml"
+    profile.write_text(
+        "name: site\n"
+        "checks:\n"
+        "  cpu.cstates: {severity: warn, max_exit_latency_us: 500}\n"
+        "  cpu.governor: {enabled: false}\n"
+    )
+    tree = node_trees["epyc9454p-detuned"]
+    code, report = check_json(tree, "--profile", str(profile))
+    assert report["profile"] == "site"
+    results = by_check(report)
+    # 400 us is now within the limit
+    assert results["cpu.cstates"]["status"] == "pass"
+    assert results["cpu.governor"]["status"] == "skip"
+    assert code == 0
+    profile.write_text("checks:\n  cpu.cstates: {severity: warn}\n")
+    code, report = check_json(tree, "--profile", str(profile))
+    assert by_check(report)["cpu.cstates"]["status"] == "warn"
+    assert code == 1  # the governor still fails
+    result = collect([*tree.flags, "--profile", str(profile)])
+    assert value(result, "cephnode_tuning_check_warning", check="cpu.cstates", subject="") == 1
+    assert value(result, "cephnode_tuning_check_failed", check="cpu.cstates", subject="") == 0
+
+
+def test_disabled_collector_skips_its_check(node_trees: dict[str, Tree]) -> None:
+    code, report = check_json(node_trees["epyc9454p-detuned"], "--no-collector.cpufreq")
+    governor = by_check(report)["cpu.governor"]
+    assert governor["status"] == "skip"
+    assert code == 1  # C-states still fail
+    assert "disabled" in governor["observed"]
+
+
+def test_failed_collector_makes_its_check_unknown(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned", faults={"sys/devices/system/cpu/online": "eio"})
+    code, report = check_json(tree)
+    assert {r["status"] for r in report["results"]} == {"unknown"}
+    assert code == 0
+
+
+def test_no_cpufreq_skips_the_governor_check(make_tree: MakeTree) -> None:
+    desc = __import__("tests.fixtures.sysfsgen", fromlist=["load_node"]).load_node(
+        "epyc9454p-tuned"
+    )
+    del desc["cpufreq"]
+    tree = make_tree(desc)
+    _, report = check_json(tree)
+    assert by_check(report)["cpu.governor"]["status"] == "skip"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("checks: [1, 2]\n", "must be a mapping"),
+        ("checks:\n  cpu.nosuch: {}\n", "unknown check 'cpu.nosuch'"),
+        ("checks:\n  cpu.cstates: {max_exit_latency: 5}\n", "unknown key"),
+        ("checks:\n  cpu.cstates: {max_exit_latency_us: ten}\n", "must be of type int"),
+        ("checks:\n  cpu.cstates: {severity: page}\n", "severity: must be one of"),
+        ("checks:\n  cpu.cstates: {enabled: 'no'}\n", "must be true or false"),
+        ("checks: {\n", "not valid YAML"),
+        ("nam: x\n", "unknown keys"),
+    ],
+)
+def test_bad_profiles_are_rejected(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(content)
+    with pytest.raises(ProfileError, match=message):
+        load_profile(str(path), load_all())
+
+
+def test_bad_profile_exits_2_with_a_clear_message(
+    tmp_path: Path, node_trees: dict[str, Tree]
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("checks:\n  cpu.nosuch: {}\n")
+    proc = run_cli("check", *node_trees["epyc9454p-tuned"].flags, "--profile", str(path))
+    assert proc.returncode == 2
+    assert "unknown check" in proc.stderr and "level=error" in proc.stderr
+    proc = run_cli("check", "--profile", str(tmp_path / "absent.yaml"))
+    assert proc.returncode == 2
+    assert "No such file" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--format", "xml"],
+        ["check", "--no-such-flag"],
+        ["dump", "--scrape.timeout=-1"],
+        ["dump", "--collector.timeout=abc"],
+        ["serve", "--web.telemetry-path=metrics"],
+        ["serve", "--log.level=loud"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr or "error" in proc.stderr
+
+
+def test_version_and_help() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("cephnode-exporter ")
+    proc = run_cli("serve", "--help")
+    assert proc.returncode == 0
+    for flag in (
+        "--web.listen-address",
+        "--web.telemetry-path",
+        "--web.config.file",
+        "--path.procfs",
+        "--path.sysfs",
+        "--path.rootfs",
+        "--collector.cpuidle",
+        "--no-collector.cpuidle",
+        "--collector.cpufreq",
+        "--log.level",
+        "--log.format",
+    ):
+        assert flag in proc.stdout, flag
+    assert "(default: enabled)" in proc.stdout

@@ -1,0 +1,216 @@
+"""Parsing-layer tests: pure parsers on strings, readers on generated trees."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from cephnode_exporter.hostfs import HostFS, ParseError, parse_cpulist, read_int, read_text
+from cephnode_exporter.hostfs.cmdline import parse_cmdline
+from cephnode_exporter.hostfs.cpufreq import read_cpufreq
+from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+from cephnode_exporter.hostfs.pmqos import read_cpu_latency_limit_us
+
+from tests.conftest import MakeTree, Tree
+
+# --- pure parsers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
+        ("0", [0]),
+        ("", []),
+        ("\n", []),
+        ("0-95\n", list(range(96))),
+    ],
+)
+def test_parse_cpulist(text: str, cpus: list[int]) -> None:
+    assert parse_cpulist(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["a-b", "3-1", "1,,2", "0-9999999", "-"])
+def test_parse_cpulist_rejects_garbage(text: str) -> None:
+    with pytest.raises(ValueError, match="cpulist"):
+        parse_cpulist(text)
+
+
+def test_parse_cmdline_quotes_flags_and_init_args() -> None:
+    params = parse_cmdline(
+        "BOOT_IMAGE=/vmlinuz-5.15.0-91-generic root=UUID=ab ro quiet splash "
+        'dyndbg="file x.c +p" processor.max-cstate=1 idle=poll iommu=pt -- single iommu=off'
+    )
+    assert params["BOOT_IMAGE"] == "/vmlinuz-5.15.0-91-generic"
+    assert params["ro"] == ""
+    assert params["dyndbg"] == "file x.c +p"
+    # '-' and '_' are the same in kernel parameter names
+    assert params["processor.max_cstate"] == "1"
+    assert params["idle"] == "poll"
+    # after "--" the words belong to init
+    assert params["iommu"] == "pt"
+    assert "single" not in params
+
+
+def test_parse_cmdline_last_wins_and_empty() -> None:
+    assert parse_cmdline("a=1 a=2")["a"] == "2"
+    assert parse_cmdline("") == {}
+    assert parse_cmdline("   \n") == {}
+
+
+# --- readers on files ---------------------------------------------------------------
+
+
+def test_read_errors_name_the_file(tmp_path: Path) -> None:
+    (tmp_path / "garbage").write_text("abc\n")
+    with pytest.raises(ParseError, match="garbage: not an integer"):
+        read_int(str(tmp_path / "garbage"))
+    with pytest.raises(FileNotFoundError, match="missing"):
+        read_text(str(tmp_path / "missing"))
+    os.symlink("/proc/self/mem", tmp_path / "eio")
+    with pytest.raises(OSError, match="eio") as info:
+        read_text(str(tmp_path / "eio"))
+    assert info.value.errno == errno.EIO
+
+
+def test_read_text_bounds_a_huge_file(tmp_path: Path) -> None:
+    (tmp_path / "huge").write_bytes(b"1" * (1 << 20))
+    with pytest.raises(ParseError, match="larger than"):
+        read_text(str(tmp_path / "huge"))
+
+
+def _fs(tree: Tree) -> HostFS:
+    return HostFS(procfs=str(tree.proc), sysfs=str(tree.sys), rootfs=str(tree.rootfs))
+
+
+def _sum_files(tree: Tree, pattern: str) -> int:
+    return sum(int(p.read_text()) for p in tree.sys.glob(pattern))
+
+
+def test_cpuidle_reader_on_detuned_node(node_trees: dict[str, Tree]) -> None:
+    tree = node_trees["epyc9454p-detuned"]
+    idle = CPUIdleReader(_fs(tree)).read()
+    assert idle.driver == "acpi_idle"
+    assert idle.governor == "menu"
+    assert len(idle.cpus) == 96
+    assert not idle.errors
+    names = [s.info.name for s in idle.cpus[0]]
+    assert names == ["POLL", "C1", "C2"]
+    # The reader's totals agree with a plain glob over the same files.
+    c2_time = sum(
+        s.time_us for samples in idle.cpus.values() for s in samples if s.info.name == "C2"
+    )
+    assert c2_time == _sum_files(tree, "devices/system/cpu/cpu*/cpuidle/state2/time")
+    assert all(s.disabled is False for samples in idle.cpus.values() for s in samples)
+
+
+def test_cpuidle_reader_caches_static_attributes(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-tuned")
+    reader = CPUIdleReader(_fs(tree))
+    first = reader.read()
+    # Change a static attribute behind the reader's back: the cache keeps the old one,
+    # while counters are read fresh.
+    state = tree.sys / "devices/system/cpu/cpu0/cpuidle/state2"
+    (state / "latency").write_text("999\n")
+    (state / "usage").write_text("123\n")
+    second = reader.read()
+    c2 = second.cpus[0][2]
+    assert c2.info.exit_latency_us == first.cpus[0][2].info.exit_latency_us
+    assert c2.usage == 123
+    # A hotplug (online set changes) rebuilds the cache.
+    (tree.sys / "devices/system/cpu/online").write_text("0-94\n")
+    third = reader.read()
+    assert len(third.cpus) == 95
+    assert third.cpus[0][2].info.exit_latency_us == 999
+
+
+@pytest.mark.parametrize("kind", ["eio", "empty", "garbage", "missing"])
+def test_cpuidle_reader_skips_a_bad_counter(make_tree: MakeTree, kind: str) -> None:
+    rel = "sys/devices/system/cpu/cpu3/cpuidle/state2/time"
+    tree = make_tree("epyc9454p-detuned", faults={rel: kind})
+    idle = CPUIdleReader(_fs(tree)).read()
+    assert len(idle.cpus) == 96
+    assert idle.cpus[3][2].time_us is None
+    assert idle.cpus[3][2].usage is not None
+    assert len(idle.errors) == 1
+    assert "cpu3/cpuidle/state2/time" in idle.errors.items[0]
+
+
+@pytest.mark.parametrize("kind", ["eio", "empty", "garbage", "missing"])
+def test_cpuidle_reader_skips_a_bad_static_file_and_retries(make_tree: MakeTree, kind: str) -> None:
+    rel = "sys/devices/system/cpu/cpu5/cpuidle/state1/latency"
+    tree = make_tree("epyc9454p-detuned", faults={rel: kind})
+    reader = CPUIdleReader(_fs(tree))
+    idle = reader.read()
+    assert [s.info.name for s in idle.cpus[5]] == ["POLL", "C2"]
+    assert idle.errors
+    # Repaired: the next read sees the state again (a failed CPU is not cached).
+    path = tree.root / rel
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.write_text("1\n")
+    again = reader.read()
+    assert [s.info.name for s in again.cpus[5]] == ["POLL", "C1", "C2"]
+    assert not again.errors
+
+
+def test_cpuidle_reader_drops_a_cpu_that_went_offline_mid_read(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    reader = CPUIdleReader(_fs(tree))
+    reader.read()
+    # "online" still lists cpu7, but its cpuidle directory is gone (hot-unplug race).
+    import shutil
+
+    shutil.rmtree(tree.sys / "devices/system/cpu/cpu7/cpuidle")
+    idle = reader.read()
+    assert 7 not in idle.cpus
+    assert len(idle.cpus) == 95
+
+
+def test_cpuidle_reader_without_cpuidle(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-tuned")
+    import shutil
+
+    shutil.rmtree(tree.sys / "devices/system/cpu/cpuidle")
+    idle = CPUIdleReader(_fs(tree)).read()
+    assert idle.driver is None
+    assert idle.cpus == {}
+
+
+def test_cpufreq_reader(node_trees: dict[str, Tree]) -> None:
+    tuned = read_cpufreq(_fs(node_trees["epyc9454p-tuned"]))
+    assert len(tuned.cpus) == 96
+    assert {p.governor for p in tuned.cpus.values()} == {"performance"}
+    assert {p.driver for p in tuned.cpus.values()} == {"acpi-cpufreq"}
+    assert tuned.boost is True
+    assert not tuned.errors
+    detuned = read_cpufreq(_fs(node_trees["epyc9454p-detuned"]))
+    assert "powersave" in {p.governor for p in detuned.cpus.values()}
+
+
+def test_cpufreq_reader_bad_boost_and_governor(make_tree: MakeTree) -> None:
+    tree = make_tree(
+        "epyc9454p-tuned",
+        faults={
+            "sys/devices/system/cpu/cpufreq/boost": "garbage",
+            "sys/devices/system/cpu/cpufreq/policy9/scaling_governor": "eio",
+        },
+    )
+    freq = read_cpufreq(_fs(tree))
+    assert freq.boost is None
+    assert 9 not in freq.cpus
+    assert len(freq.cpus) == 95
+    assert len(freq.errors) == 2
+
+
+def test_pm_qos_limit(tmp_path: Path) -> None:
+    fs = HostFS(rootfs=str(tmp_path))
+    assert read_cpu_latency_limit_us(fs) is None  # absent
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/cpu_dma_latency").write_bytes((20).to_bytes(4, "little", signed=True))
+    assert read_cpu_latency_limit_us(fs) == 20
+    (tmp_path / "dev/cpu_dma_latency").write_bytes(b"\x01\x02")
+    with pytest.raises(ParseError, match="4 bytes"):
+        read_cpu_latency_limit_us(fs)

@@ -1,0 +1,67 @@
+"""docs/metrics.md and the code must agree: every metric, its type and its labels."""
+
+from __future__ import annotations
+
+import re
+
+from cephnode_exporter.scrape import Collection
+
+from tests.conftest import REPO, MakeTree, Tree, collect
+from tests.fixtures.sysfsgen import load_node
+
+ROW = re.compile(r"^\| `(cephnode_[a-z0-9_]+)` \| (\w+) \|([^|]*)\|", re.M)
+
+
+def documented() -> dict[str, tuple[str, set[str], set[str]]]:
+    """name -> (type, labels always present, labels present only with an option)."""
+    text = (REPO / "docs" / "metrics.md").read_text()
+    out = {}
+    for name, kind, labels in ROW.findall(text):
+        required = set(re.findall(r"(?<!\()`(\w+)`", labels))
+        optional = set(re.findall(r"\(`(\w+)`\)", labels))
+        assert name not in out, f"{name} documented twice"
+        out[name] = (kind, required, optional)
+    return out
+
+
+def exported(collections: list[Collection]) -> dict[str, tuple[str, list[set[str]]]]:
+    out: dict[str, tuple[str, list[set[str]]]] = {}
+    for collection in collections:
+        for family in collection.families():
+            name = family.name + ("_total" if family.type == "counter" else "")
+            kind, labelsets = out.setdefault(name, (family.type, []))
+            assert kind == family.type
+            labelsets.extend(set(s.labels) for s in family.samples)
+    return out
+
+
+def every_metric(make_tree: MakeTree) -> list[Collection]:
+    """Collections that between them make every collector emit everything it can."""
+    variant = load_node("epyc9454p-tuned")
+    variant["cpufreq"].update(
+        {"driver": "amd-pstate-epp", "governor": "performance", "amd_pstate_status": "active"}
+    )
+    variant["cpufreq"].pop("boost", None)
+    variant["cpufreq"].pop("available_frequencies", None)
+    trees: list[Tree] = [make_tree("epyc9454p-detuned"), make_tree(variant)]
+    dev = trees[1].rootfs / "dev"
+    dev.mkdir(exist_ok=True)
+    (dev / "cpu_dma_latency").write_bytes((2_000_000_000).to_bytes(4, "little"))
+    collections = [collect(t.flags) for t in trees]
+    collections.append(collect([*trees[0].flags, "--collector.cpuidle.per-cpu"]))
+    return collections
+
+
+def test_every_exported_metric_is_documented_and_vice_versa(make_tree: MakeTree) -> None:
+    docs = documented()
+    code = exported(every_metric(make_tree))
+    assert sorted(set(code) - set(docs)) == [], "exported but not in docs/metrics.md"
+    assert sorted(set(docs) - set(code)) == [], "documented but never exported"
+    for name, (kind, labelsets) in code.items():
+        doc_kind, required, optional = docs[name]
+        assert kind == doc_kind, f"{name}: type {kind}, documented {doc_kind}"
+        for labels in labelsets:
+            assert required <= labels, f"{name}: labels {labels} lack {required - labels}"
+            assert labels <= required | optional, (
+                f"{name}: undocumented {labels - required - optional}"
+            )
