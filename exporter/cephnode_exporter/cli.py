@@ -24,7 +24,7 @@ from prometheus_client.exposition import generate_latest
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
-from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.hostfs import HostFS, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
 from cephnode_exporter.scrape import Collection, Scraper
@@ -274,9 +274,21 @@ def cmd_dump(args: argparse.Namespace, scraper: Scraper) -> int:
     return EXIT_OK
 
 
+def node_name(rootfs: str) -> str:
+    """The node the report is about: the host's name, also when run from a container."""
+    if os.path.normpath(rootfs) != "/":
+        try:
+            name = read_text(os.path.join(rootfs, "etc", "hostname"))
+            if name:
+                return name
+        except (OSError, ValueError):
+            pass
+    return socket.gethostname()
+
+
 def cmd_check(args: argparse.Namespace, scraper: Scraper) -> int:
     collection = scraper.collect(args.scrape_timeout)
-    node = socket.gethostname()
+    node = node_name(args.path_rootfs)
     if args.format == "json":
         out = json.dumps(render_json(node, scraper.profile, collection.results), indent=2)
     else:

@@ -36,8 +36,8 @@ def render_text(node: str, profile: Profile, results: list[Result]) -> str:
     lines = [f"node {node}, profile {profile.name}", ""]
 
     def row(cells: tuple[str, ...]) -> list[str]:
-        observed = textwrap.wrap(cells[3], w_text) or [""]
-        expected = textwrap.wrap(cells[4], w_text) or [""]
+        observed = textwrap.wrap(cells[3], w_text, break_on_hyphens=False) or [""]
+        expected = textwrap.wrap(cells[4], w_text, break_on_hyphens=False) or [""]
         out = []
         for i in range(max(len(observed), len(expected))):
             left = (
@@ -54,7 +54,9 @@ def render_text(node: str, profile: Profile, results: list[Result]) -> str:
     for r, cells in zip(results, rows, strict=True):
         lines.extend(row(cells))
         if r.hint:
-            for i, part in enumerate(textwrap.wrap(r.hint, width - indent - 5)):
+            for i, part in enumerate(
+                textwrap.wrap(r.hint, width - indent - 5, break_on_hyphens=False)
+            ):
                 lines.append(" " * indent + ("fix: " if i == 0 else "     ") + part)
     counts = Counter(r.status for r in results)
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in _ORDER)
