@@ -24,7 +24,7 @@ from prometheus_client.exposition import generate_latest
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
-from cephnode_exporter.hostfs import HostFS, read_text
+from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
 from cephnode_exporter.scrape import Collection, Scraper
@@ -187,6 +187,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def build_scraper(args: argparse.Namespace) -> Scraper:
     """The collectors the flags enable, the profile, and the checks, wired together."""
+    raise_nofile_limit()  # collectors keep sysfs attribute files open between scrapes
     specs = load_all()
     profile = load_profile(args.profile, specs)
     fs = HostFS(procfs=args.path_procfs, sysfs=args.path_sysfs, rootfs=args.path_rootfs)
@@ -315,3 +316,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         log.exception("internal error")
         return EXIT_ERROR
+    finally:
+        scraper.close()
