@@ -9,6 +9,8 @@ declare -A PROVIDES=(
   [prometheus-node-exporter]=/usr/bin/prometheus-node-exporter
   [systemd]=/usr/bin/systemd-analyze
   [openssl]=/usr/bin/openssl
+  [shellcheck]=/usr/bin/shellcheck
+  [iproute2]=/usr/sbin/ip
 )
 
 want=("$@")
