@@ -10,7 +10,8 @@ ARGS ?=
 
 # A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
 $(VENV)/.stamp: setup.cfg pyproject.toml
-	@$(PYTHON) -m venv --help >/dev/null 2>&1 || tests/setup-debian.sh python3-venv
+	@# Debian's python3 ships venv without ensurepip until python3-venv is installed.
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || tests/setup-debian.sh python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

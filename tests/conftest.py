@@ -106,7 +106,10 @@ def node_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Tree]:
 def collect(flags: list[str], command: str = "dump") -> Collection:
     """One in-process collection with exactly the CLI's wiring."""
     scraper = build_scraper(parse_args([command, *flags]))
-    return scraper.collect(10.0)
+    try:
+        return scraper.collect(10.0)
+    finally:
+        scraper.close()
 
 
 def samples(collection: Collection) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.scrape import Collection
 from prometheus_client.exposition import generate_latest
 
@@ -193,3 +194,20 @@ def test_real_host_tree() -> None:
         assert enabled and all(0 <= v <= cpus for v in enabled)
     # os.cpu_count() is sysconf(_SC_NPROCESSORS_ONLN): the same "online" list
     assert value(result, "cephnode_cpu_scaling_online_cpus") == os.cpu_count()
+
+
+def test_cpuidle_on_a_kernel_without_above_below_rejected(make_tree: MakeTree) -> None:
+    """Kernels before 5.6 have no above/below, before 5.10 no rejected: not an error."""
+    tree = make_tree("epyc9454p-detuned")
+    for name in ("above", "below", "rejected"):
+        for path in tree.sys.glob(f"devices/system/cpu/cpu*/cpuidle/state*/{name}"):
+            path.unlink()
+    scraper = build_scraper(parse_args(["dump", *tree.flags]))
+    results = [scraper.collect(10) for _ in range(2)]  # the second runs on pruned file lists
+    scraper.close()
+    for result in results:
+        assert value(result, "cephnode_scrape_collector_read_errors", collector="cpuidle") == 0
+        assert value(result, "cephnode_cpu_idle_state_above_total", state="C2") is None
+        assert value(result, "cephnode_cpu_idle_state_rejected_total", state="C2") is None
+        assert value(result, "cephnode_cpu_idle_state_entries_total", state="C2") is not None
+        assert value(result, "cephnode_cpu_idle_state_enabled_cpus", state="C2") == 96

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from cephnode_exporter.hostfs import HostFS, ParseError, parse_cpulist, read_int, read_text
+from cephnode_exporter.hostfs import (
+    AttrFiles,
+    HostFS,
+    ParseError,
+    parse_cpulist,
+    read_int,
+    read_text,
+)
 from cephnode_exporter.hostfs.cmdline import parse_cmdline
 from cephnode_exporter.hostfs.cpufreq import read_cpufreq
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
 from cephnode_exporter.hostfs.pmqos import read_cpu_latency_limit_us
 
-from tests.conftest import MakeTree, Tree
+from tests.conftest import MakeTree, Tree, need_root, need_tool
 
 # --- pure parsers -------------------------------------------------------------------
 
@@ -156,23 +165,66 @@ def test_cpuidle_reader_skips_a_bad_static_file_and_retries(make_tree: MakeTree,
     assert not again.errors
 
 
-def test_cpuidle_reader_drops_a_cpu_that_went_offline_mid_read(make_tree: MakeTree) -> None:
-    tree = make_tree("epyc9454p-detuned")
-    reader = CPUIdleReader(_fs(tree))
-    reader.read()
+def test_cpuidle_reader_drops_a_cpu_that_vanished_mid_read(make_tree: MakeTree) -> None:
     # "online" still lists cpu7, but its cpuidle directory is gone (hot-unplug race).
-    import shutil
-
+    tree = make_tree("epyc9454p-detuned")
     shutil.rmtree(tree.sys / "devices/system/cpu/cpu7/cpuidle")
-    idle = reader.read()
+    idle = CPUIdleReader(_fs(tree)).read()
     assert 7 not in idle.cpus
     assert len(idle.cpus) == 95
 
 
+def test_cpuidle_reader_follows_a_hotplug(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    reader = CPUIdleReader(_fs(tree))
+    assert len(reader.read().cpus) == 96
+    shutil.rmtree(tree.sys / "devices/system/cpu/cpu7/cpuidle")
+    (tree.sys / "devices/system/cpu/online").write_text("0-6,8-95\n")
+    idle = reader.read()
+    assert 7 not in idle.cpus and len(idle.cpus) == 95
+    assert not idle.errors
+
+
+def test_attr_files_reread_fresh_values_and_budget(tmp_path: Path) -> None:
+    path = tmp_path / "usage"
+    path.write_text("1\n")
+    files = AttrFiles(budget=1)
+    assert files.read_int(str(path)) == 1
+    path.write_text("22\n")  # same inode, as sysfs regenerates in place
+    assert files.read_int(str(path)) == 22
+    assert len(files) == 1
+    other = tmp_path / "time"
+    other.write_text("5\n")
+    assert files.read_int(str(other)) == 5  # over budget: plain open/read/close
+    assert len(files) == 1
+    files.close_all()
+    assert len(files) == 0
+
+
+def test_attr_files_on_a_removed_sysfs_attribute() -> None:
+    """On real sysfs a kept descriptor of a removed attribute fails (ENODEV); AttrFiles
+    reports it as FileNotFoundError like a fresh open. A veth pair is a removable device."""
+    need_root("creates and deletes a veth interface")
+    ip = need_tool("ip", "iproute2")
+    name = f"cnx{os.getpid() % 100000}"
+    subprocess.run(
+        [ip, "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True
+    )
+    files = AttrFiles(budget=8)
+    try:
+        mtu = f"/sys/class/net/{name}/mtu"
+        assert files.read_int(mtu) == 1500
+        subprocess.run([ip, "link", "set", name, "mtu", "9000"], check=True)
+        assert files.read_int(mtu) == 9000  # pread at 0 regenerates the value
+    finally:
+        subprocess.run([ip, "link", "del", name], check=False)
+    with pytest.raises(FileNotFoundError, match=name):
+        files.read_int(mtu)
+    assert len(files) == 0
+
+
 def test_cpuidle_reader_without_cpuidle(make_tree: MakeTree) -> None:
     tree = make_tree("epyc9454p-tuned")
-    import shutil
-
     shutil.rmtree(tree.sys / "devices/system/cpu/cpuidle")
     idle = CPUIdleReader(_fs(tree)).read()
     assert idle.driver is None

@@ -157,7 +157,14 @@ class _Worker:
                 call.value = call.fn()
             except BaseException as exc:  # handed to the scrape, which logs it
                 call.exc = exc
+            # Drop the closure (and the collector it holds) before waiting for more work.
+            call.fn = _done
             call.done.set()
+            del call
+
+
+def _done() -> None:
+    return None
 
 
 class _Round:
@@ -194,6 +201,15 @@ class Scraper:
         self._cond = threading.Condition()
         self._running: _Round | None = None
         self._pending: _Round | None = None
+
+    def close(self) -> None:
+        """Stop the worker and release what collectors hold open (descriptors)."""
+        self._worker.retire()
+        for collector in self._collectors:
+            try:
+                collector.close()
+            except Exception:
+                log.exception("closing collector failed", extra=kv(collector=collector.name))
 
     @property
     def profile(self) -> Profile:

@@ -43,6 +43,10 @@ class Collector(ABC):
         """Register collector-specific flags (named ``--collector.<name>.<flag>``)."""
         return None  # most collectors have none
 
+    def close(self) -> None:
+        """Release resources kept between scrapes (open files); the default has none."""
+        return None
+
     @abstractmethod
     def read(self) -> Any:
         """Read the host and return this collector's facts (all I/O happens here)."""

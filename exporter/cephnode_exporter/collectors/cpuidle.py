@@ -82,6 +82,9 @@ class CPUIdleCollector(Collector):
             help="export idle-state series per CPU with a cpu label (default: summed over CPUs)",
         )
 
+    def close(self) -> None:
+        self._reader.close()
+
     def read(self) -> CPUIdleFacts:
         idle = self._reader.read()
         errors = idle.errors

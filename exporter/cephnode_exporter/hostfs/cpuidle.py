@@ -15,12 +15,15 @@ governor; ``cpuN/cpuidle/stateK/`` holds one state of one CPU:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import errno
+from dataclasses import dataclass, field, replace
 
 from cephnode_exporter.hostfs import (
+    AttrFiles,
     HostFS,
     ParseError,
     ReadErrors,
+    fd_budget,
     list_dir,
     read_int,
     read_optional_text,
@@ -30,19 +33,33 @@ from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
 
 CPUIDLE_DIR = ("devices", "system", "cpu", "cpuidle")
 
-# The per-entry counters, in the order they are exported.
-COUNTER_FILES = ("time", "usage", "above", "below", "rejected")
-
 
 @dataclass(frozen=True)
 class IdleStateInfo:
-    """Static attributes of one idle state of one CPU."""
+    """Static attributes of one idle state of one CPU, and the files read every scrape.
+
+    ``files`` lists (sample attribute, path, required); an optional file found absent
+    (an older kernel) is dropped from it so it is not looked up again on every scrape.
+    """
 
     index: int
     name: str
     desc: str
     exit_latency_us: int
     target_residency_us: int
+    files: tuple[tuple[str, str, bool], ...] = ()
+
+
+# (IdleStateSample attribute, file, required): time and usage exist on every kernel with
+# cpuidle; missing means the CPU went offline under us.
+_SAMPLE_FILES = (
+    ("time_us", "time", True),
+    ("usage", "usage", True),
+    ("above", "above", False),
+    ("below", "below", False),
+    ("rejected", "rejected", False),
+    ("disabled", "disable", False),
+)
 
 
 @dataclass
@@ -80,10 +97,19 @@ class CPUIdleReader:
     on the next scrape instead of staying missing.
     """
 
+    # Share of the descriptor limit the kept-open counter files may use.
+    FD_SHARE = 0.5
+
     def __init__(self, fs: HostFS) -> None:
         self._fs = fs
         self._key: tuple[str, tuple[int, ...]] | None = None
         self._static: dict[int, list[IdleStateInfo]] = {}
+        self._files = AttrFiles(fd_budget(self.FD_SHARE))
+
+    def close(self) -> None:
+        self._files.close_all()
+        self._static = {}
+        self._key = None
 
     def read(self) -> CPUIdle:
         fs = self._fs
@@ -100,17 +126,21 @@ class CPUIdleReader:
         if key != self._key:
             self._key = key
             self._static = {}
+            self._files.close_all()
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
                 states = self._read_static(cpu, result.errors)
                 if states is None:
                     continue
-            samples = [self._read_sample(cpu, info, result.errors) for info in states]
+            samples = [
+                _read_sample(self._files, states, i, result.errors) for i in range(len(states))
+            ]
             # A CPU that went offline between reading "online" and its files is dropped
             # whole rather than exported half-read.
             if all(s.disabled is None and s.time_us is None for s in samples):
                 self._static.pop(cpu, None)
+                self._files.close_under(cpu_dir(fs, cpu, ""))
                 continue
             result.cpus[cpu] = samples
         return result
@@ -134,6 +164,7 @@ class CPUIdleReader:
                         target_residency_us=_nonnegative(
                             f"{path}/residency", read_int(f"{path}/residency")
                         ),
+                        files=tuple((a, f"{path}/{f}", r) for a, f, r in _SAMPLE_FILES),
                     )
                 )
             except (OSError, ParseError) as exc:
@@ -145,28 +176,36 @@ class CPUIdleReader:
             self._static[cpu] = states
         return states
 
-    def _read_sample(self, cpu: int, info: IdleStateInfo, errors: ReadErrors) -> IdleStateSample:
-        path = cpu_dir(self._fs, cpu, "cpuidle", f"state{info.index}")
-        sample = IdleStateSample(info=info)
-        for name in COUNTER_FILES:
-            try:
-                setattr(sample, "time_us" if name == "time" else name, read_int(f"{path}/{name}"))
-            except FileNotFoundError:
-                if name in ("time", "usage"):
-                    # Present since cpuidle began; missing means the CPU went away.
-                    errors.add(FileNotFoundError(f"{path}/{name}: vanished"))
-            except (OSError, ParseError) as exc:
-                errors.add(exc)
+
+def _read_sample(
+    files: AttrFiles, states: list[IdleStateInfo], i: int, errors: ReadErrors
+) -> IdleStateSample:
+    """Read one state's counters: the collector's hot loop, one pread per file."""
+    info = states[i]
+    values: dict[str, int] = {}
+    absent: list[str] = []
+    vanished = False
+    for attr, path, required in info.files:
         try:
-            value = read_int(f"{path}/disable")
-            if value not in (0, 1):
-                raise ParseError(f"{path}/disable", f"expected 0 or 1, got {value}")
-            sample.disabled = value == 1
+            values[attr] = files.read_int(path)
         except FileNotFoundError:
-            pass
+            if required:
+                vanished = True
+                errors.add(FileNotFoundError(errno.ENOENT, "vanished", path))
+            else:
+                absent.append(attr)
         except (OSError, ParseError) as exc:
             errors.add(exc)
-        return sample
+    if absent and not vanished:
+        states[i] = replace(info, files=tuple(f for f in info.files if f[0] not in absent))
+    disabled = values.pop("disabled", None)
+    if disabled not in (None, 0, 1):
+        path = next(p for attr, p, _ in info.files if attr == "disabled")
+        errors.add(ParseError(path, f"expected 0 or 1, got {disabled}"))
+        disabled = None
+    return IdleStateSample(
+        info=info, disabled=None if disabled is None else disabled == 1, **values
+    )
 
 
 def _nonempty(path: str, text: str) -> str:
