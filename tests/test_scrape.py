@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.checks import load_all
+from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collectors.base import Collector, CollectorContext
 from cephnode_exporter.hostfs import HostFS
 from cephnode_exporter.profile import load_profile
@@ -194,3 +195,21 @@ def test_every_collector_reports_success_and_duration(node_trees: dict[str, Tree
         )
         == 1
     )
+
+
+def test_skipped_files_are_logged_once_when_they_start(
+    make_tree: MakeTree, caplog: pytest.LogCaptureFixture
+) -> None:
+    tree = make_tree(
+        "epyc9454p-detuned", faults={"sys/devices/system/cpu/cpu3/cpuidle/state2/time": "eio"}
+    )
+    s = build_scraper(parse_args(["dump", *tree.flags]))
+    try:
+        with caplog.at_level("INFO"):
+            s.collect(5)
+            s.collect(5)
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1
+        assert "cpu3/cpuidle/state2/time" in str(warnings[0].kv["first"])
+    finally:
+        s.close()

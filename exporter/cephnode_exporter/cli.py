@@ -252,6 +252,7 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     host, port = server.server_address[:2]
+    host = f"[{host}]" if ":" in host else host
     log.info(
         "listening",
         extra=logs.kv(

@@ -198,6 +198,7 @@ class Scraper:
         self._worker = _Worker()
         self._stuck: dict[str, _Call] = {}
         self._last_error: dict[str, str | None] = {}
+        self._last_skips: dict[str, int] = {}
         self._cond = threading.Condition()
         self._running: _Round | None = None
         self._pending: _Round | None = None
@@ -309,14 +310,22 @@ class Scraper:
             name, True, duration, facts, families, read_errors=collector.read_errors(facts)
         )
         self._note(name, None)
-        if outcome.read_errors:
-            log.debug(
-                "collector skipped unreadable items",
-                extra=kv(
-                    collector=name, count=outcome.read_errors, first=collector.first_errors(facts)
-                ),
-            )
+        self._note_skips(name, outcome.read_errors, lambda: collector.first_errors(facts))
         return outcome
+
+    def _note_skips(self, name: str, count: int, first: Callable[[], list[str]]) -> None:
+        """Warn when a collector starts skipping unreadable files, note when it stops."""
+        previous = self._last_skips.get(name, 0)
+        self._last_skips[name] = count
+        if count and not previous:
+            log.warning(
+                "collector skipped unreadable items",
+                extra=kv(collector=name, count=count, first=first()),
+            )
+        elif count:
+            log.debug("collector skipped unreadable items", extra=kv(collector=name, count=count))
+        elif previous:
+            log.info("collector reads every item again", extra=kv(collector=name))
 
     def _fail(self, name: str, duration: float, error: str) -> Outcome:
         self._note(name, error)
