@@ -440,7 +440,7 @@ def test_tuned_versus_detuned(tmp_path: Path) -> None:
     assert "iommu=pt" in read(tuned, "proc/cmdline")
     assert "iommu=pt" not in read(detuned, "proc/cmdline")
     assert read(tuned, "root/etc/tuned/active_profile") == "throughput-performance\n"
-    assert not (detuned / "root/etc/tuned").exists()
+    assert read(detuned, "root/etc/tuned/active_profile") == "balanced\n"
 
 
 # --------------------------------------------------------------------------------------------

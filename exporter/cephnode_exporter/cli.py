@@ -191,7 +191,7 @@ def build_scraper(args: argparse.Namespace) -> Scraper:
     specs = load_all()
     profile = load_profile(args.profile, specs)
     fs = HostFS(procfs=args.path_procfs, sysfs=args.path_sysfs, rootfs=args.path_rootfs)
-    ctx = CollectorContext(fs=fs, options=args)
+    ctx = CollectorContext(fs=fs, options=args, profile=profile)
     enabled = [name for name in sorted(REGISTRY) if getattr(args, f"collector_{name}")]
     disabled = [name for name in sorted(REGISTRY) if name not in enabled]
     for path in (fs.procfs, fs.sysfs, fs.rootfs):

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from cephnode_exporter.checks import CheckSpec, Status
+from cephnode_exporter.checks import CheckSpec, Status, concrete, resolve
 
 SEVERITIES = {"fail": Status.FAIL, "warn": Status.WARN}
 
@@ -34,6 +34,16 @@ class Profile:
     name: str
     source: str
     checks: dict[str, CheckSettings]
+    # The checks this profile makes from families, one per entry ("sysctl.net.core.somaxconn").
+    instances: dict[str, CheckSpec] = field(default_factory=dict)
+
+    def members(self, family: str) -> list[str]:
+        """The members of a check family the profile enables (the sysctl names to read)."""
+        return [
+            spec.member
+            for name, spec in sorted(self.instances.items())
+            if spec.parent == family and self.checks[name].enabled
+        ]
 
 
 def _load_yaml(text: str, source: str) -> dict[str, Any]:
@@ -70,11 +80,15 @@ def _merge_check(
                 raise ProfileError(f"{where}: must be one of {sorted(SEVERITIES)}")
         elif key in spec.params:
             want = spec.params[key]
-            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
-            if want is float and isinstance(value, int) and not isinstance(value, bool):
+            types = want if isinstance(want, tuple) else (want,)
+            # YAML true is a bool, which Python also counts as an int: accept it only as bool.
+            ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if float in types and int not in types and is_int:
                 ok, value = True, float(value)
             if not ok:
-                raise ProfileError(f"{where}: must be of type {want.__name__}")
+                names = " or ".join(t.__name__ for t in types)
+                raise ProfileError(f"{where}: must be of type {names}")
         else:
             known = ["enabled", "severity", *sorted(spec.params)]
             raise ProfileError(f"{where}: unknown key (known: {', '.join(known)})")
@@ -95,26 +109,45 @@ def load_profile(path: str | None, specs: dict[str, CheckSpec]) -> Profile:
         layers.append((_load_yaml(text, path), path))
 
     raw: dict[str, dict[str, Any]] = {}
+    all_specs = concrete(specs)
+    instances: dict[str, CheckSpec] = {}
     name = "default"
     for data, source in layers:
         name = str(data.get("name", name))
         for check_name, override in (data.get("checks") or {}).items():
-            spec = specs.get(check_name)
+            check_name = str(check_name)
+            try:
+                spec = resolve(specs, check_name)
+            except ValueError as exc:
+                raise ProfileError(f"{source}: checks.{check_name}: {exc}") from None
             if spec is None:
+                known = [
+                    *sorted(concrete(specs)),
+                    *(f"{n}.<name>" for n in specs if specs[n].family),
+                ]
                 raise ProfileError(
-                    f"{source}: unknown check {check_name!r} (known: {', '.join(sorted(specs))})"
+                    f"{source}: unknown check {check_name!r} (known: {', '.join(known)})"
                 )
+            if spec.parent:
+                instances[check_name] = spec
+                all_specs[check_name] = spec
             raw[check_name] = _merge_check(spec, raw.get(check_name, {}), override, source)
 
     checks: dict[str, CheckSettings] = {}
-    for check_name, spec in specs.items():
+    for check_name, spec in all_specs.items():
         values = raw.get(check_name, {})
         missing = [p for p in spec.params if p not in values]
         if missing:
             raise ProfileError(f"profile {name}: check {check_name} lacks {', '.join(missing)}")
+        params = {p: values[p] for p in spec.params}
+        if spec.validate is not None:
+            try:
+                spec.validate(params)
+            except ValueError as exc:
+                raise ProfileError(f"profile {name}: checks.{check_name}: {exc}") from None
         checks[check_name] = CheckSettings(
             enabled=values.get("enabled", True),
             severity=SEVERITIES[values.get("severity", "fail")],
-            params={p: values[p] for p in spec.params},
+            params=params,
         )
-    return Profile(name=name, source=path or "default", checks=checks)
+    return Profile(name=name, source=path or "default", checks=checks, instances=instances)

@@ -7,8 +7,9 @@ deviation is a failure or a warning, and whether the check runs at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -56,34 +57,122 @@ class Finding:
 
 
 CheckFunc = Callable[[Any, dict[str, Any]], list[Finding]]
+# A family's function also gets the member its instance checks ("net.core.somaxconn").
+FamilyFunc = Callable[[Any, dict[str, Any], str], list[Finding]]
+# A parameter's type, or a tuple of accepted types (a sysctl value: int, str or list).
+ParamType = type | tuple[type, ...]
 
 
 @dataclass(frozen=True)
 class CheckSpec:
+    """A registered check, a check family, or one instance of a family.
+
+    A family (``family=True``, e.g. ``sysctl``) has no result of its own: every profile
+    entry named ``<family>.<member>`` is a check of its own, with its own severity,
+    parameters and result (``sysctl.net.core.somaxconn``), made by :meth:`instance`.
+    """
+
     name: str
     collector: str
-    func: CheckFunc
+    func: Callable[..., list[Finding]]
     # Parameter name -> type; the values live in the profile.
-    params: dict[str, type] = field(default_factory=dict)
+    params: dict[str, ParamType] = field(default_factory=dict)
+    # Checks parameter values beyond their types (an unknown keyword): raises ValueError.
+    validate: Callable[[dict[str, Any]], None] | None = None
+    family: bool = False
+    # Family only: raises ValueError when a member name is malformed.
+    validate_member: Callable[[str], None] | None = None
+    # Instance only: the family it belongs to and the member it checks.
+    parent: str = ""
+    member: str = ""
+
+    def instance(self, member: str) -> CheckSpec:
+        """The check of one member of this family; ValueError when the name is malformed."""
+        if self.validate_member is not None:
+            self.validate_member(member)
+        return replace(
+            self,
+            name=f"{self.name}.{member}",
+            func=functools.partial(self.func, member=member),
+            family=False,
+            validate_member=None,
+            parent=self.name,
+            member=member,
+        )
 
 
 CHECKS: dict[str, CheckSpec] = {}
 
 
-def check(name: str, collector: str, **params: type) -> Callable[[CheckFunc], CheckFunc]:
+def check(
+    name: str,
+    collector: str,
+    *,
+    validate: Callable[[dict[str, Any]], None] | None = None,
+    **params: ParamType,
+) -> Callable[[CheckFunc], CheckFunc]:
     """Decorator registering a check that reads the facts of ``collector``."""
 
     def wrap(func: CheckFunc) -> CheckFunc:
         if name in CHECKS:
             raise ValueError(f"check {name!r} registered twice")
-        CHECKS[name] = CheckSpec(name, collector, func, dict(params))
+        CHECKS[name] = CheckSpec(name, collector, func, dict(params), validate=validate)
         return func
 
     return wrap
 
 
+def check_family(
+    name: str,
+    collector: str,
+    *,
+    validate_member: Callable[[str], None],
+    validate: Callable[[dict[str, Any]], None] | None = None,
+    **params: ParamType,
+) -> Callable[[FamilyFunc], FamilyFunc]:
+    """Decorator registering a check family: one check per profile entry ``<name>.<member>``.
+
+    The function is called as ``func(facts, params, member=...)``.
+    """
+
+    def wrap(func: FamilyFunc) -> FamilyFunc:
+        if name in CHECKS:
+            raise ValueError(f"check {name!r} registered twice")
+        CHECKS[name] = CheckSpec(
+            name,
+            collector,
+            func,
+            dict(params),
+            validate=validate,
+            family=True,
+            validate_member=validate_member,
+        )
+        return func
+
+    return wrap
+
+
+def resolve(specs: Mapping[str, CheckSpec], name: str) -> CheckSpec | None:
+    """The check a profile entry names: a registered check or an instance of a family.
+
+    None when nothing matches; ValueError when a family matches but the member is malformed.
+    """
+    spec = specs.get(name)
+    if spec is not None:
+        return None if spec.family else spec
+    for family in specs.values():
+        if family.family and name.startswith(family.name + "."):
+            return family.instance(name[len(family.name) + 1 :])
+    return None
+
+
+def concrete(specs: Mapping[str, CheckSpec]) -> dict[str, CheckSpec]:
+    """The registered checks that produce results by themselves (families excluded)."""
+    return {name: spec for name, spec in specs.items() if not spec.family}
+
+
 def load_all() -> dict[str, CheckSpec]:
     """Import the check modules (registration happens on import)."""
-    from cephnode_exporter.checks import cpu  # noqa: F401
+    from cephnode_exporter.checks import cpu, kernel  # noqa: F401
 
     return CHECKS

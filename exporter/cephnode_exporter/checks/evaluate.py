@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cephnode_exporter.checks import CheckSpec, Result, Status
+from cephnode_exporter.checks import CheckSpec, Result, Status, concrete
 from cephnode_exporter.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -25,10 +25,16 @@ class CollectorFacts:
 def evaluate(
     profile: Profile, specs: Mapping[str, CheckSpec], collectors: Mapping[str, CollectorFacts]
 ) -> list[Result]:
-    """One result per check and subject, sorted; never raises for a check's fault."""
+    """One result per check and subject, sorted; never raises for a check's fault.
+
+    The checks are the registered ones plus those the profile made from families (one
+    ``sysctl.<name>`` per profile entry); a family itself has no result.
+    """
+    checks = concrete(specs)
+    checks.update(profile.instances)
     results: list[Result] = []
-    for name in sorted(specs):
-        spec = specs[name]
+    for name in sorted(checks):
+        spec = checks[name]
         settings = profile.checks[name]
         state = collectors.get(spec.collector, CollectorFacts(enabled=False))
         if not settings.enabled:

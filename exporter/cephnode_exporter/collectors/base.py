@@ -11,21 +11,26 @@ import argparse
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.core import Metric
 
 from cephnode_exporter.hostfs import HostFS
+
+if TYPE_CHECKING:
+    from cephnode_exporter.profile import Profile
 
 NAMESPACE = "cephnode"
 
 
 @dataclass(frozen=True)
 class CollectorContext:
-    """What a collector is built with: the host roots and the parsed command line."""
+    """What a collector is built with: the host roots, the parsed command line and the
+    tuning profile (for collectors whose inputs the profile names, such as the sysctls)."""
 
     fs: HostFS
     options: argparse.Namespace
+    profile: Profile | None = None
 
 
 class Collector(ABC):

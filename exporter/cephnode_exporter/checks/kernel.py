@@ -1,0 +1,191 @@
+"""Checks ``sysctl.<name>``, ``tuned.profile`` and ``kernel.mitigations``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cephnode_exporter.checks import Finding, check, check_family
+from cephnode_exporter.collectors.kernel import SYSCTL_FAMILY, KernelFacts
+from cephnode_exporter.hostfs.kernel import VulnState
+from cephnode_exporter.hostfs.sysctl import sysctl_path_parts
+
+# How a sysctl is compared with the profile's value; vectors element by element.
+COMPARISONS = {
+    "at_least": (lambda observed, want: observed >= want, "at least"),
+    "at_most": (lambda observed, want: observed <= want, "at most"),
+    "equal": (lambda observed, want: observed == want, "equal to"),
+}
+SYSCTL_D_FILE = "/etc/sysctl.d/90-ceph-tuning.conf"
+
+
+def expected_value(value: Any) -> tuple[int, ...] | str:
+    """The profile's value as integers (``2048``, ``"10240 87380 2147483647"``, a list of
+    integers) or, for a string sysctl, the text; ValueError when it is neither."""
+    if isinstance(value, bool):
+        raise ValueError("value must be an integer, a string or a list of integers")
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError("a list value must hold integers")
+        return tuple(value)
+    text = " ".join(str(value).split())
+    if not text:
+        raise ValueError("value is empty")
+    try:
+        return tuple(int(f) for f in text.split())
+    except ValueError:
+        return text
+
+
+def _validate_sysctl(params: dict[str, Any]) -> None:
+    compare = params["compare"]
+    if compare not in COMPARISONS:
+        raise ValueError(f"compare must be one of {', '.join(COMPARISONS)}, not {compare!r}")
+    if isinstance(expected_value(params["value"]), str) and compare != "equal":
+        raise ValueError(f"value {params['value']!r} is not numeric: only compare: equal works")
+
+
+def _validate_member(name: str) -> None:
+    sysctl_path_parts(name)
+
+
+def _text(value: tuple[int, ...] | str) -> str:
+    return value if isinstance(value, str) else " ".join(str(v) for v in value)
+
+
+def _sysctl_hint(name: str, target: tuple[int, ...] | str) -> str:
+    text = _text(target)
+    arg = f'"{text}"' if " " in text else text
+    return (
+        f"sysctl -w {name}={arg}; to keep it across reboots, add the line "
+        f"'{name} = {text}' to {SYSCTL_D_FILE}"
+    )
+
+
+@check_family(
+    SYSCTL_FAMILY,
+    "kernel",
+    validate_member=_validate_member,
+    validate=_validate_sysctl,
+    value=(int, str, list),
+    compare=str,
+)
+def sysctl(facts: KernelFacts, params: dict[str, Any], member: str) -> list[Finding]:
+    """A sysctl against the profile's value: at least, at most or equal, element-wise.
+
+    A larger buffer or backlog than the profile's passes ``at_least``, and the fix never
+    lowers an element that is already past the profile's value.
+    """
+    want = expected_value(params["value"])
+    test, words = COMPARISONS[params["compare"]]
+    expected = f"{words} {_text(want)}"
+    if not isinstance(want, str) and len(want) > 1:
+        expected += " (element-wise)"
+    reading = facts.sysctls.get(member)
+    if reading is None:
+        return [Finding("", None, "not read by the collector", expected)]
+    if reading.error is not None:
+        return [Finding("", None, f"unreadable: {reading.error}", expected)]
+    if reading.value is None:
+        return [Finding("", None, "not present on this kernel", expected)]
+    observed = reading.value
+    if isinstance(want, str):
+        deviates = " ".join(observed.text.split()) != want
+        hint = _sysctl_hint(member, want) if deviates else ""
+        return [Finding("", deviates, observed.text, expected, hint)]
+    if observed.ints is None:
+        return [Finding("", None, f"not a number: {observed.text[:60]!r}", expected)]
+    if len(observed.ints) != len(want):
+        why = f"{observed.text} ({len(observed.ints)} values, the profile has {len(want)})"
+        return [Finding("", None, why, expected)]
+    ok = [test(o, w) for o, w in zip(observed.ints, want, strict=True)]
+    if all(ok):
+        return [Finding("", False, observed.text, expected)]
+    target = tuple(o if good else w for o, w, good in zip(observed.ints, want, ok, strict=True))
+    return [Finding("", True, observed.text, expected, _sysctl_hint(member, target))]
+
+
+def _validate_allowed(params: dict[str, Any]) -> None:
+    allowed = params["allowed"]
+    if not allowed or not all(isinstance(p, str) and p.strip() for p in allowed):
+        raise ValueError("allowed must be a non-empty list of profile names")
+
+
+@check("tuned.profile", "kernel", validate=_validate_allowed, allowed=list)
+def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
+    """tuned applies a whole set of settings at once; a node without the right profile is
+    missing all of them. A merged profile passes when every part is allowed."""
+    allowed = list(params["allowed"])
+    expected = f"tuned profile {' or '.join(allowed)}"
+    set_it = f"tuned-adm profile {allowed[0]}"
+    if facts.tuned is None:
+        return [Finding("", None, f"unreadable: {facts.tuned_error}", expected)]
+    tuned = facts.tuned
+    if not tuned.installed:
+        hint = f"install tuned (apt install tuned), then: systemctl enable --now tuned; {set_it}"
+        return [Finding("", True, "tuned is not installed", expected, hint)]
+    if tuned.profile is None:
+        observed = "tuned is installed but never selected a profile (no active_profile)"
+        return [Finding("", True, observed, expected, f"systemctl enable --now tuned; {set_it}")]
+    if tuned.profile == "":
+        return [Finding("", True, "no profile active (tuned-adm off)", expected, set_it)]
+    deviates = any(p not in allowed for p in tuned.profiles)
+    return [Finding("", deviates, f"profile {tuned.profile}", expected, set_it if deviates else "")]
+
+
+@check("kernel.mitigations", "kernel", warn_when_mitigated=bool, warn_when_vulnerable=bool)
+def mitigations(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
+    """Report the CPU vulnerability mitigation state; by default it never deviates.
+
+    Mitigations cost syscall and context-switch time (seed 004 booted with them off), but
+    turning them off is a security decision the exporter cannot make: the profile opts in
+    with ``warn_when_mitigated`` (performance view) or ``warn_when_vulnerable`` (security).
+    """
+    on_mitigated = bool(params["warn_when_mitigated"])
+    on_vulnerable = bool(params["warn_when_vulnerable"])
+    wants = []
+    if on_mitigated:
+        wants.append("no mitigation in effect")
+    if on_vulnerable:
+        wants.append("no vulnerable state")
+    expected = " and ".join(wants) if wants else "informational: the mitigation state"
+    vulns = facts.vulnerabilities
+    if vulns is None:
+        return [Finding("", None, "the kernel exposes no CPU vulnerability files", expected)]
+    if facts.cmdline is None:
+        mode = "mitigations=? (/proc/cmdline unreadable)"
+    elif "mitigations" in facts.cmdline:
+        mode = f"mitigations={facts.cmdline['mitigations']}"
+    else:
+        mode = "mitigations not set (kernel default)"
+    by_state: dict[VulnState, list[str]] = {s: [] for s in VulnState}
+    for v in vulns.values():
+        by_state[v.state].append(v.name)
+    parts = [mode]
+    words = {
+        VulnState.MITIGATED: "mitigated",
+        VulnState.VULNERABLE: "vulnerable",
+        VulnState.UNKNOWN: "unknown",
+        VulnState.NOT_AFFECTED: "not affected",
+    }
+    for state, word in words.items():
+        names = by_state[state]
+        if names:
+            listed = f" ({', '.join(names)})" if state != VulnState.NOT_AFFECTED else ""
+            parts.append(f"{len(names)} {word}{listed}")
+    observed = "; ".join(parts)
+    hints = []
+    if on_mitigated and by_state[VulnState.MITIGATED]:
+        hints.append(
+            "if the node's threat model allows it, boot with mitigations=off (add it to "
+            "GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, run update-grub, reboot)"
+        )
+    if on_vulnerable and by_state[VulnState.VULNERABLE]:
+        hints.append(
+            "update the kernel and the CPU microcode (BIOS or the intel-/amd64-microcode "
+            "package) and drop mitigations=off from the kernel command line"
+        )
+    if hints:
+        return [Finding("", True, observed, expected, "; ".join(hints))]
+    return [Finding("", False, observed, expected)]

@@ -1,0 +1,175 @@
+"""Collector ``kernel``: boot flags, CPU vulnerability mitigations, tuned and sysctls.
+
+The node-wide kernel settings between an OSD and its network: the performance-relevant
+kernel command line, how many CPU vulnerabilities are mitigated (each mitigation costs
+some syscall or context-switch time), the tuned profile, and the sysctls the tuning
+profile names (seed 004's network list by default). The sysctl list comes from the
+profile (``sysctl.<name>`` checks) so the values exported are exactly those judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.hostfs import ParseError, ReadErrors
+from cephnode_exporter.hostfs.cmdline import read_cmdline
+from cephnode_exporter.hostfs.kernel import (
+    Tuned,
+    Vulnerability,
+    VulnState,
+    read_tuned,
+    read_vulnerabilities,
+)
+from cephnode_exporter.hostfs.sysctl import SysctlValue, read_sysctl
+
+# The check family whose profile entries name the sysctls to read (checks/kernel.py).
+SYSCTL_FAMILY = "sysctl"
+
+# Kernel parameters exported as labels of cephnode_kernel_cmdline_info, from
+# Documentation/admin-guide/kernel-parameters.txt. Chosen: what changes how fast an OSD's
+# threads run and are woken. Left out because another collector exports them:
+# idle=, processor.max_cstate=, intel_idle.max_cstate=, cpuidle.off= (cpuidle's
+# cephnode_cpu_idle_kernel_params_info) and iommu=, iommu.passthrough=, iommu.strict=,
+# amd_iommu=, intel_iommu= (the iommu collector, issue 3). Per-bug switches
+# (spectre_v2=, pti=, ...) are left out: the vulnerability files show their effect.
+CMDLINE_PARAMS = (
+    "mitigations",  # off | auto | auto,nosmt: all CPU vulnerability mitigations at once
+    "nosmt",  # SMT off at boot: half the hardware threads
+    "isolcpus",  # CPUs taken out of scheduler load balancing
+    "nohz_full",  # CPUs without the periodic tick while running one task
+    "nohz",  # on | off: the tick on idle CPUs
+    "rcu_nocbs",  # CPUs whose RCU callbacks run elsewhere
+    "irqaffinity",  # CPUs that take interrupts by default
+    "preempt",  # none | voluntary | full (kernels with PREEMPT_DYNAMIC, 5.12+)
+    "pcie_aspm",  # off | force: PCIe link power states, whose exit latency hits NVMe I/O
+)
+# Label value of a parameter given without "=value" ("nosmt"); empty means not given.
+FLAG_PRESENT = "1"
+
+
+@dataclass(frozen=True)
+class SysctlReading:
+    """One sysctl of the profile: its value, None when the kernel lacks it, or an error."""
+
+    value: SysctlValue | None = None
+    error: str | None = None
+
+
+@dataclass
+class KernelFacts:
+    cmdline: dict[str, str] | None  # None: /proc/cmdline unreadable
+    vulnerabilities: dict[str, Vulnerability] | None  # None: no vulnerabilities directory
+    tuned: Tuned | None  # None: unreadable, see tuned_error
+    tuned_error: str | None
+    sysctls: dict[str, SysctlReading] = field(default_factory=dict)
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+@register
+class KernelCollector(Collector):
+    name = "kernel"
+    help = "Kernel command line flags, CPU vulnerability mitigations, tuned profile, sysctls"
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        profile = ctx.profile
+        self._sysctls = profile.members(SYSCTL_FAMILY) if profile is not None else []
+
+    def read(self) -> KernelFacts:
+        fs = self.ctx.fs
+        errors = ReadErrors()
+        cmdline: dict[str, str] | None = None
+        try:
+            cmdline = read_cmdline(fs)
+        except (OSError, ParseError) as exc:
+            errors.add(exc)
+        vulnerabilities = read_vulnerabilities(fs, errors)
+        tuned: Tuned | None = None
+        tuned_error: str | None = None
+        try:
+            tuned = read_tuned(fs)
+        except (OSError, ParseError) as exc:
+            errors.add(exc)
+            tuned_error = str(exc)
+        facts = KernelFacts(cmdline, vulnerabilities, tuned, tuned_error, errors=errors)
+        for name in self._sysctls:
+            try:
+                # None: the running kernel has no such sysctl, which is not an error.
+                facts.sysctls[name] = SysctlReading(value=read_sysctl(fs, name))
+            except (OSError, ValueError) as exc:  # ParseError is a ValueError
+                errors.add(exc)
+                facts.sysctls[name] = SysctlReading(error=str(exc))
+        return facts
+
+    def metrics(self, facts: KernelFacts) -> Iterable[Metric]:
+        if facts.cmdline is not None:
+            labels = {p: _param(facts.cmdline, p) for p in CMDLINE_PARAMS}
+            yield _single(
+                metric_name("kernel_cmdline_info"),
+                "Performance-relevant kernel parameters from /proc/cmdline (empty when not "
+                f"given, {FLAG_PRESENT} when given without a value).",
+                labels,
+            )
+        if facts.vulnerabilities is not None:
+            counts = GaugeMetricFamily(
+                metric_name("kernel_cpu_vulnerabilities"),
+                "CPU vulnerabilities the kernel reports, by state: not_affected, mitigated "
+                "(a mitigation is in effect), vulnerable, unknown.",
+                labels=["state"],
+            )
+            per = GaugeMetricFamily(
+                metric_name("kernel_cpu_vulnerability_info"),
+                "One series per CPU vulnerability file with its state class.",
+                labels=["vulnerability", "state"],
+            )
+            states = [v.state for v in facts.vulnerabilities.values()]
+            for state in VulnState:
+                counts.add_metric([str(state)], float(states.count(state)))
+            for v in facts.vulnerabilities.values():
+                per.add_metric([v.name, str(v.state)], 1.0)
+            yield counts
+            yield per
+        if facts.tuned is not None:
+            yield _single(
+                metric_name("tuned_installed"),
+                "1 when tuned is installed (/etc/tuned exists), else 0.",
+                {},
+                1.0 if facts.tuned.installed else 0.0,
+            )
+            yield _single(
+                metric_name("tuned_profile_info"),
+                "The tuned profile selected in /etc/tuned/active_profile; empty when none is "
+                "(tuned not installed, never started, or tuned-adm off).",
+                {"profile": facts.tuned.profile or ""},
+            )
+        values = GaugeMetricFamily(
+            metric_name("sysctl_value"),
+            "Integer sysctls named in the tuning profile; multi-valued ones (tcp_rmem) have "
+            "an index label. Absent for a sysctl the kernel lacks or that is not a number.",
+        )
+        for name, reading in facts.sysctls.items():
+            ints = reading.value.ints if reading.value is not None else None
+            if ints is None:
+                continue
+            if len(ints) == 1:
+                values.add_sample(values.name, {"name": name}, float(ints[0]))
+            else:
+                for i, v in enumerate(ints):
+                    values.add_sample(values.name, {"name": name, "index": str(i)}, float(v))
+        yield values
+
+
+def _param(cmdline: dict[str, str], name: str) -> str:
+    if name not in cmdline:
+        return ""
+    return cmdline[name] or FLAG_PRESENT
+
+
+def _single(name: str, doc: str, labels: dict[str, str], value: float = 1.0) -> Metric:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family

@@ -1,0 +1,81 @@
+"""Kernel tunables (sysctls) from ``/proc/sys``.
+
+A sysctl ``net.core.somaxconn`` is the file ``<procfs>/sys/net/core/somaxconn``. Names
+follow sysctl.d(5) (systemd, man/sysctl.d.xml): the first separator decides the form. If
+it is a dot, dots and slashes swap, so an interface name with a dot is written with a
+slash (``net.ipv4.conf.eth0/100.rp_filter`` is ``net/ipv4/conf/eth0.100/rp_filter``); if it
+is a slash, the name is the path as given.
+
+Integer sysctls are printed by ``proc_dointvec``/``proc_doulongvec_minmax``
+(torvalds/linux kernel/sysctl.c): the values of a vector separated by a tab, then a
+newline (``net.ipv4.tcp_rmem`` reads ``"4096\\t131072\\t6291456\\n"``). Others are strings
+(``net.ipv4.tcp_congestion_control``). Network sysctls are per network namespace and
+``/proc/sys/net`` shows the namespace of the *reading process* (net/sysctl_net.c,
+``net_ctl_header_lookup`` uses ``current->nsproxy->net_ns``), whatever ``--path.procfs``
+points at: an exporter in a container must share the host's network namespace.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cephnode_exporter.hostfs import HostFS, ParseError, read_text
+
+# One path component: what the kernel's sysctl tables and network interface names use
+# (interface names may hold '.', ':', '@', '-', '+'; see dev_valid_name() in net/core/dev.c).
+_COMPONENT = re.compile(r"[A-Za-z0-9_.:@+-]+")
+
+
+def sysctl_path_parts(name: str) -> list[str]:
+    """The path components under ``/proc/sys`` of a sysctl name; ValueError if malformed."""
+    if not name or len(name) > 256:
+        raise ValueError(f"bad sysctl name {name[:60]!r}")
+    first = min((i for i in (name.find("."), name.find("/")) if i >= 0), default=-1)
+    if first >= 0 and name[first] == "/":
+        parts = name.split("/")
+    else:
+        parts = [p.replace("/", ".") for p in name.split(".")]
+    for part in parts:
+        if part in ("", ".", "..") or not _COMPONENT.fullmatch(part):
+            raise ValueError(f"bad sysctl name {name!r}: component {part!r}")
+    return parts
+
+
+@dataclass(frozen=True)
+class SysctlValue:
+    """One sysctl as read: the text, and its integers when every field is one."""
+
+    text: str
+    # The values of an integer sysctl in kernel order (one for a scalar); None for a
+    # string sysctl.
+    ints: tuple[int, ...] | None
+
+
+def parse_sysctl(text: str, path: str = "sysctl") -> SysctlValue:
+    """Parse the content of a sysctl file (the trailing newline already stripped or not)."""
+    text = text.strip()
+    if any(ord(c) < 32 and c not in "\t " for c in text):
+        raise ParseError(path, f"control characters in value: {text[:40]!r}")
+    fields = text.split()
+    try:
+        ints = tuple(int(f) for f in fields) if fields else None
+    except ValueError:
+        ints = None
+    return SysctlValue(text=" ".join(fields) if ints is not None else text, ints=ints)
+
+
+def read_sysctl(fs: HostFS, name: str) -> SysctlValue | None:
+    """Read one sysctl; None when the running kernel does not have it.
+
+    Raises OSError (unreadable: EIO, EACCES for 0600 sysctls, a directory) or ParseError.
+    """
+    path = fs.proc("sys", *sysctl_path_parts(name))
+    try:
+        text = read_text(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        # A component of the name is a file ("net.core.somaxconn.x"): no such sysctl.
+        return None
+    return parse_sysctl(text, path)
