@@ -11,6 +11,11 @@ declare -A PROVIDES=(
   [openssl]=/usr/bin/openssl
   [shellcheck]=/usr/bin/shellcheck
   [iproute2]=/usr/sbin/ip
+  [ethtool]=/usr/sbin/ethtool
+  [ceph-mon]=/usr/bin/ceph-mon
+  [ceph-mgr]=/usr/bin/ceph-mgr
+  [ceph-osd]=/usr/bin/ceph-osd
+  [ceph-common]=/usr/bin/ceph
 )
 
 want=("$@")

@@ -1,0 +1,722 @@
+"""A real single-host Ceph cluster for the integration tests, started from Debian's packages.
+
+Why a real cluster: the admin socket protocol, the perf counter layout, what a stopped OSD
+does to its socket and what the mgr exports can only be trusted when they come from the
+daemons themselves. The cluster is small and private: one mon, one mgr (prometheus module
+on a free loopback port), memstore OSDs (no disk) and one BlueStore OSD on a sparse file
+(the only way to get ``bluestore``, ``rocksdb`` and ``bluefs`` counters). Everything lives in
+one temporary directory, under a unique cluster name and fsid, with ``auth none`` and every
+address on 127.0.0.1, so it never touches a system cluster or the network.
+
+Daemons run in the foreground (``-f``) as children of this process, with
+``PR_SET_PDEATHSIG`` so that they die with it even if pytest is killed; :meth:`stop` kills
+them all (also when a test failed) and removes the directory (kept when
+``CEPHNODE_KEEP_CLUSTER=1``, for debugging).
+
+In tests, :func:`shared_cluster` starts one cluster per pytest session, whichever module
+asks first (see ``ceph_cluster`` in tests/test_cephcluster.py). From the shell::
+
+    python tests/cephcluster.py up          # start, print the paths, wait for Ctrl-C
+    python tests/cephcluster.py record DIR  # record admin socket payloads (docs/ceph.md)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The daemons and tools the harness drives, with the Debian package that ships each.
+TOOLS = {
+    "ceph-mon": "ceph-mon",
+    "ceph-mgr": "ceph-mgr",
+    "ceph-osd": "ceph-osd",
+    "ceph": "ceph-common",
+    "rados": "ceph-common",
+    "monmaptool": "ceph-base",
+}
+
+# BlueStore needs a block device or a file; a sparse file costs no disk until written.
+BLUESTORE_BLOCK_BYTES = 2 * 1024**3
+# memstore keeps objects in RAM; this caps what a runaway `rados bench` can take.
+MEMSTORE_DEVICE_BYTES = 1024**3
+# This OSD's socket is created with admin_socket_mode 0770, as docs/ceph.md recommends.
+MODE_0770_OSD = 2
+# AF_UNIX paths are limited to 108 bytes (sun_path in <sys/un.h>), so the cluster lives in
+# a short directory under /tmp rather than under pytest's deep tmp_path.
+SUN_PATH_MAX = 107
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not reach the expected state; the message carries the daemon logs."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not dlopen
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when the parent dies (no orphaned OSDs).
+    "Parent" is the forking thread: start clusters from the main thread."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"({path}: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class OSD:
+    """One OSD: its id, objectstore and the process running it (None before start)."""
+
+    id: int
+    objectstore: str
+    uuid: str
+    proc: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return f"osd.{self.id}"
+
+
+@dataclass
+class CephCluster:
+    """A private Ceph cluster in ``base`` (a fresh short temp dir when not given).
+
+    ``start()`` builds and starts it and waits until every OSD is up and in; ``stop()``
+    kills every daemon and removes the directory. Also a context manager.
+    """
+
+    memstore_osds: int = 3
+    bluestore_osds: int = 1
+    base: Path | None = None
+    keep: bool = field(default_factory=lambda: os.environ.get("CEPHNODE_KEEP_CLUSTER") == "1")
+    name: str = field(default_factory=lambda: "cnx" + secrets.token_hex(3))
+    fsid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    osds: dict[int, OSD] = field(default_factory=dict)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    daemons: dict[str, subprocess.Popen] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.base is None:
+            self.base = Path(tempfile.mkdtemp(prefix="cephnode-", dir="/tmp"))
+            # Traversable by others (nothing secret: auth none), for the permission tests.
+            self.base.chmod(0o711)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.mon_port = free_port()
+        self.prometheus_port = free_port()
+        if len(str(self.asok("osd.999"))) > SUN_PATH_MAX:
+            raise ClusterError(f"{self.base} is too deep for AF_UNIX socket paths")
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def root(self) -> Path:
+        assert self.base is not None
+        return self.base
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "ceph.conf"
+
+    @property
+    def socket_dir(self) -> Path:
+        """The run_dir: admin sockets (``<cluster>-osd.N.asok``) and pid files."""
+        return self.root / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    def asok(self, daemon: str) -> Path:
+        return self.socket_dir / f"{self.name}-{daemon}.asok"
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.socket_dir / f"{daemon}.pid"
+
+    def osd_pid(self, osd_id: int) -> int:
+        """The OSD's pid from its pid file (what the daemon itself wrote)."""
+        return int(self.pid_file(f"osd.{osd_id}").read_text().strip())
+
+    def bluestore_block(self, osd_id: int) -> Path:
+        return self.root / f"osd.{osd_id}.block"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}/metrics"
+
+    @property
+    def ceph_cmd(self) -> list[str]:
+        """The ``ceph`` CLI bound to this cluster; append the command words."""
+        return ["ceph", *self._common_args(), "--connect-timeout", "15"]
+
+    @property
+    def memstore_ids(self) -> list[int]:
+        return [i for i, o in self.osds.items() if o.objectstore == "memstore"]
+
+    @property
+    def bluestore_ids(self) -> list[int]:
+        return [i for i, o in self.osds.items() if o.objectstore == "bluestore"]
+
+    # ------------------------------------------------------------------ config
+
+    def _write_conf(self) -> None:
+        b = self.root
+        sections = []
+        for osd in self.osds.values():
+            lines = []
+            if osd.objectstore == "bluestore":
+                lines += [
+                    "osd_objectstore = bluestore",
+                    f"bluestore_block_path = {self.bluestore_block(osd.id)}",
+                    "bluestore_block_create = true",
+                    f"bluestore_block_size = {BLUESTORE_BLOCK_BYTES}",
+                    # A fixed, small cache keeps the test OSD's memory modest.
+                    "bluestore_cache_autotune = false",
+                    "bluestore_cache_size = 134217728",
+                ]
+            if osd.id == MODE_0770_OSD:
+                lines.append("admin_socket_mode = 0770")
+            if lines:
+                sections.append(f"[osd.{osd.id}]\n" + "\n".join(lines) + "\n")
+        self.conf.write_text(
+            "[global]\n"
+            f"fsid = {self.fsid}\n"
+            f"mon_host = [v2:127.0.0.1:{self.mon_port}]\n"
+            "ms_bind_msgr1 = false\n"
+            "ms_bind_ipv6 = false\n"
+            "public_addr = 127.0.0.1\n"
+            "cluster_addr = 127.0.0.1\n"
+            "auth_cluster_required = none\n"
+            "auth_service_required = none\n"
+            "auth_client_required = none\n"
+            f"run_dir = {b}/run\n"
+            f"log_file = {b}/log/$name.log\n"
+            f"pid_file = {b}/run/$name.pid\n"
+            f"crash_dir = {b}/crash\n"
+            "log_to_stderr = false\n"
+            "err_to_stderr = false\n"
+            "osd_pool_default_size = 1\n"
+            "osd_pool_default_min_size = 1\n"
+            "osd_pool_default_pg_num = 8\n"
+            "osd_pool_default_pgp_num = 8\n"
+            "osd_pool_default_pg_autoscale_mode = off\n"
+            "mon_allow_pool_size_one = true\n"
+            "mon_allow_pool_delete = true\n"
+            "mon_warn_on_pool_no_redundancy = false\n"
+            "osd_crush_chooseleaf_type = 0\n"
+            # DOMAIN.md section 5: a grace of 8 s makes a stopped replica's PGs laggy fast.
+            "osd_heartbeat_grace = 8\n"
+            "\n[mon]\n"
+            f"mon_data = {b}/mon/$cluster-$id\n"
+            f"admin_socket = {b}/run/$cluster-$name.asok\n"
+            f"mon_cluster_log_file = {b}/log/cluster.log\n"
+            "mgr_initial_modules = prometheus\n"
+            "\n[mgr]\n"
+            f"mgr_data = {b}/mgr/$cluster-$id\n"
+            f"admin_socket = {b}/run/$cluster-$name.asok\n"
+            "\n[osd]\n"
+            f"osd_data = {b}/osd/$cluster-$id\n"
+            f"admin_socket = {b}/run/$cluster-$name.asok\n"
+            "osd_objectstore = memstore\n"
+            f"memstore_device_bytes = {MEMSTORE_DEVICE_BYTES}\n"
+            "\n" + "\n".join(sections)
+        )
+
+    # ------------------------------------------------------------------ processes
+
+    def _common_args(self) -> list[str]:
+        return ["-c", str(self.conf), "--cluster", self.name]
+
+    def _spawn(self, key: str, argv: list[str]) -> subprocess.Popen:
+        with open(self.log_dir / f"{key}.out", "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                cwd=self.root,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def _run(self, argv: list[str], timeout: float = 60, what: str = "") -> str:
+        what = what or " ".join(argv[:3])
+        try:
+            res = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ClusterError(f"{what}: timed out after {timeout} s\n{self.logs()}") from exc
+        if res.returncode != 0:
+            raise ClusterError(
+                f"{what} failed (exit {res.returncode}):\n"
+                f"{(res.stdout + res.stderr).strip()[-2000:]}\n{self.logs()}"
+            )
+        return res.stdout
+
+    def ceph(self, *args: str, timeout: float = 60) -> str:
+        """Run a ``ceph`` CLI command against this cluster; its stdout."""
+        return self._run([*self.ceph_cmd, *args], timeout=timeout, what="ceph " + " ".join(args))
+
+    def ceph_json(self, *args: str, timeout: float = 60) -> Any:
+        return json.loads(self.ceph(*args, "--format=json", timeout=timeout))
+
+    def logs(self, lines: int = 20) -> str:
+        """The tail of every daemon log, for error messages."""
+        if not self.log_dir.is_dir():
+            return ""
+        parts = []
+        for path in sorted(self.log_dir.iterdir()):
+            if path.suffix in (".log", ".out") and path.stat().st_size:
+                parts.append(f"--- {path.name} (last {lines} lines)\n{_tail(path, lines)}")
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 90) -> CephCluster:
+        """Create and start the cluster; returns when every OSD is up and in."""
+        t0 = time.monotonic()
+        for d in ("run", "log", "mon", "mgr", "osd", "crash"):
+            (self.root / d).mkdir(exist_ok=True)
+        for i in range(self.memstore_osds + self.bluestore_osds):
+            store = "memstore" if i < self.memstore_osds else "bluestore"
+            self.osds[i] = OSD(i, store, str(uuid.uuid4()))
+        self._write_conf()
+        try:
+            self._start(t0, t0 + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start"] = time.monotonic() - t0
+        return self
+
+    def _start(self, t0: float, deadline: float) -> None:
+        monmap = self.root / "monmap"
+        self._run(
+            [
+                "monmaptool", "--create", "--clobber", "--fsid", self.fsid,
+                "--addv", "a", f"[v2:127.0.0.1:{self.mon_port}]", str(monmap),
+            ],
+            what="monmaptool",
+        )  # fmt: skip
+        self._run(
+            ["ceph-mon", *self._common_args(), "--mkfs", "-i", "a", "--monmap", str(monmap)],
+            what="ceph-mon --mkfs",
+        )
+        self.daemons["mon.a"] = self._spawn(
+            "mon.a", ["ceph-mon", *self._common_args(), "-f", "-i", "a"]
+        )
+        self._wait_mon(deadline)
+        self.timings["mon"] = time.monotonic() - t0
+        # Module options live in the mon's config database: set them before the mgr starts,
+        # so that the prometheus module never binds its default *:9283. --force: the mon
+        # knows module options only once a mgr has reported them.
+        self.ceph("config", "set", "mgr", "mgr/prometheus/server_addr", "127.0.0.1", "--force")
+        self.ceph(
+            "config", "set", "mgr", "mgr/prometheus/server_port", str(self.prometheus_port),
+            "--force",
+        )  # fmt: skip
+        self.daemons["mgr.x"] = self._spawn(
+            "mgr.x", ["ceph-mgr", *self._common_args(), "-f", "-i", "x"]
+        )
+        # `ceph osd new` allocates ids in order; with auth none it needs no keys.
+        for osd in self.osds.values():
+            got = int(self.ceph("osd", "new", osd.uuid).strip())
+            if got != osd.id:
+                raise ClusterError(f"ceph osd new gave id {got}, expected {osd.id}")
+            (self.root / "osd" / f"{self.name}-{osd.id}").mkdir()
+        # mkfs in parallel: the BlueStore one (RocksDB on a fresh file) takes seconds.
+        mkfs = {
+            osd.id: subprocess.Popen(
+                [
+                    "ceph-osd", *self._common_args(), "--mkfs", "-i", str(osd.id),
+                    "--osd-uuid", osd.uuid,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+            for osd in self.osds.values()
+        }  # fmt: skip
+        self.procs.extend(mkfs.values())
+        for osd_id, proc in mkfs.items():
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired as exc:
+                raise ClusterError(
+                    f"ceph-osd --mkfs osd.{osd_id} timed out\n{self.logs()}"
+                ) from exc
+            if proc.returncode != 0:
+                raise ClusterError(
+                    f"ceph-osd --mkfs osd.{osd_id} failed ({proc.returncode}):\n"
+                    f"{out.decode(errors='replace')[-2000:]}\n{self.logs()}"
+                )
+        self.timings["mkfs"] = time.monotonic() - t0
+        for osd in self.osds.values():
+            self._start_osd(osd)
+        self.wait_osds_up(deadline=deadline)
+        self.timings["osds_up"] = time.monotonic() - t0
+
+    def _start_osd(self, osd: OSD) -> None:
+        osd.proc = self._spawn(
+            osd.name, ["ceph-osd", *self._common_args(), "-f", "-i", str(osd.id)]
+        )
+        self.daemons[osd.name] = osd.proc
+
+    def _wait_mon(self, deadline: float) -> None:
+        while True:
+            self._check_alive()
+            res = subprocess.run(
+                [*self.ceph_cmd, "mon", "stat"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+            if res.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the mon did not answer in time\n{self.logs()}")
+            time.sleep(0.2)
+
+    def _check_alive(self) -> None:
+        for key, proc in self.daemons.items():
+            if proc.poll() is not None:
+                raise ClusterError(f"{key} exited with {proc.returncode}\n{self.logs()}")
+
+    def osd_dump(self) -> dict[str, Any]:
+        return self.ceph_json("osd", "dump")
+
+    def osd_states(self) -> dict[int, dict[str, Any]]:
+        """``ceph osd dump``'s per-OSD entries (up, in, up_from, ...) by id."""
+        return {o["osd"]: o for o in self.osd_dump()["osds"]}
+
+    def wait_osds_up(
+        self, ids: list[int] | None = None, deadline: float | None = None, newer_than: int = 0
+    ) -> None:
+        """Wait until the OSDs are up and in (and booted after epoch ``newer_than``) and
+        their admin sockets exist."""
+        ids = list(self.osds) if ids is None else ids
+        deadline = deadline if deadline is not None else time.monotonic() + 60
+        while True:
+            self._check_alive()
+            state = self.osd_states()
+            if all(
+                state.get(i, {}).get("up") == 1
+                and state.get(i, {}).get("in") == 1
+                and state.get(i, {}).get("up_from", 0) > newer_than
+                and self.asok(f"osd.{i}").exists()
+                for i in ids
+            ):
+                return
+            if time.monotonic() > deadline:
+                summary = {i: {k: state.get(i, {}).get(k) for k in ("up", "in")} for i in ids}
+                raise ClusterError(f"OSDs not up and in: {summary}\n{self.logs()}")
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        """Kill every process started (also SIGSTOPped ones) and remove the directory."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # SIGKILL ends a stopped process too
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        if self.base is not None and self.base.exists() and not self.keep:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> CephCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ test helpers
+
+    def create_pool(self, pool: str, size: int = 1, pg_num: int = 32, timeout: float = 60) -> int:
+        """Create a replicated pool (size 1, or 2 for fault tests: min_size 1 either way)
+        and wait until its PGs are active+clean; its id."""
+        self.ceph("osd", "pool", "create", pool, str(pg_num), str(pg_num), "--size", str(size))
+        if size == 1:
+            self.ceph("osd", "pool", "set", pool, "size", "1", "--yes-i-really-mean-it")
+        self.ceph("osd", "pool", "set", pool, "min_size", "1")
+        self.ceph("osd", "pool", "application", "enable", pool, "rados")
+        pool_id = next(p["pool"] for p in self.osd_dump()["pools"] if p["pool_name"] == pool)
+        self.wait_pgs_clean(pool_id, timeout=timeout)
+        return pool_id
+
+    def pgs(self, pool_id: int | None = None) -> list[dict[str, Any]]:
+        """``ceph pg dump pgs_brief`` entries (pgid, state, up, acting, acting_primary)."""
+        data = self.ceph_json("pg", "dump", "pgs_brief")
+        entries = data["pg_stats"] if isinstance(data, dict) else data
+        if pool_id is None:
+            return entries
+        return [e for e in entries if e["pgid"].split(".")[0] == str(pool_id)]
+
+    def wait_pgs_clean(self, pool_id: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            pgs = self.pgs(pool_id)
+            if pgs and all(p["state"] == "active+clean" for p in pgs):
+                return
+            if time.monotonic() > deadline:
+                states = sorted({p["state"] for p in pgs})
+                raise ClusterError(f"pool {pool_id} PGs not active+clean: {states}\n{self.logs()}")
+            time.sleep(0.25)
+
+    def rados_bench_cmd(
+        self,
+        pool: str,
+        seconds: float,
+        mode: str = "write",
+        block: int = 65536,
+        threads: int = 16,
+    ) -> list[str]:
+        cmd = [
+            "rados", *self._common_args(), "-p", pool, "bench", str(max(1, round(seconds))), mode,
+            "-t", str(threads),
+        ]  # fmt: skip
+        if mode == "write":
+            cmd += ["-b", str(block), "--no-cleanup"]  # seq/rand read what write left
+        return cmd
+
+    def rados_bench(self, pool: str, seconds: float, **kwargs: Any) -> str:
+        """Run ``rados bench`` to completion; its report."""
+        cmd = self.rados_bench_cmd(pool, seconds, **kwargs)
+        return self._run(cmd, timeout=seconds + 60, what="rados bench")
+
+    def bench_background(self, pool: str, seconds: float, **kwargs: Any) -> subprocess.Popen:
+        """Start ``rados bench`` and return; the caller waits (stop() kills it anyway)."""
+        key = f"bench-{len(self.procs)}"
+        return self._spawn(key, self.rados_bench_cmd(pool, seconds, **kwargs))
+
+    def signal_osd(self, osd_id: int, sig: int) -> None:
+        proc = self.osds[osd_id].proc
+        if proc is None or proc.poll() is not None:
+            raise ClusterError(f"osd.{osd_id} is not running")
+        os.kill(proc.pid, sig)
+
+    @contextlib.contextmanager
+    def stopped(self, osd_id: int) -> Iterator[None]:
+        """``kill -STOP`` the OSD for the block; ``kill -CONT`` afterwards, whatever happens."""
+        self.signal_osd(osd_id, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ClusterError, ProcessLookupError):
+                self.signal_osd(osd_id, signal.SIGCONT)
+
+    def restart_osd(self, osd_id: int, timeout: float = 60) -> None:
+        """Stop the OSD (SIGTERM, then SIGKILL), start it again, wait until it is up."""
+        osd = self.osds[osd_id]
+        before = self.osd_states().get(osd_id, {}).get("up_from", 0)
+        if osd.proc is not None and osd.proc.poll() is None:
+            osd.proc.send_signal(signal.SIGCONT)
+            osd.proc.terminate()
+            try:
+                osd.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                osd.proc.kill()
+                osd.proc.wait(timeout=10)
+        self._start_osd(osd)
+        self.wait_osds_up([osd_id], deadline=time.monotonic() + timeout, newer_than=before)
+
+    def prometheus_metrics(self, timeout: float = 5) -> str:
+        with urllib.request.urlopen(self.prometheus_url, timeout=timeout) as resp:
+            return resp.read().decode()
+
+    def wait_prometheus(
+        self,
+        *needles: str,
+        check: Callable[[str], bool] | None = None,
+        timeout: float = 60,
+    ) -> str:
+        """Wait until the mgr's prometheus endpoint answers, contains every needle and
+        passes ``check`` (the mgr learns PG states and OSD metadata some seconds after
+        the OSDs boot); the exposition text."""
+        needles = needles or ("ceph_pg_",)
+        deadline = time.monotonic() + timeout
+        err: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                text = self.prometheus_metrics()
+                missing = [n for n in needles if n not in text]
+                if not missing and (check is None or check(text)):
+                    return text
+                err = ClusterError(f"{missing or 'the check'} not satisfied yet")
+            except OSError as exc:
+                err = exc
+            time.sleep(0.5)
+        raise ClusterError(f"mgr prometheus at {self.prometheus_url}: {err}\n{self.logs()}")
+
+
+# ----------------------------------------------------------------------------- pytest
+
+_shared: CephCluster | None = None
+_shared_error: BaseException | None = None
+
+
+def shared_cluster(config: pytest.Config) -> CephCluster:
+    """The session's cluster, started on first use and stopped when pytest ends.
+
+    Any test module may define a session fixture that returns this: they all get the
+    same cluster (a fixture imported into several modules would start one per module).
+    A failed start is remembered, so the next tests fail at once instead of retrying.
+    """
+    global _shared, _shared_error
+    from tests.conftest import need_root, need_tool
+
+    need_root("starts Ceph daemons (mon, mgr, OSDs)")
+    for tool, package in TOOLS.items():
+        need_tool(tool, package)
+    if _shared_error is not None:
+        raise ClusterError(f"the test cluster failed to start earlier: {_shared_error}")
+    if _shared is None:
+        cluster = CephCluster()
+        try:
+            cluster.start()
+        except BaseException as exc:
+            _shared_error = exc
+            raise
+        config.add_cleanup(cluster.stop)
+        _shared = cluster
+    return _shared
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+def record(cluster: CephCluster, dest: Path) -> dict[str, Any]:
+    """Record admin socket payloads from a memstore and the BlueStore OSD into ``dest``.
+
+    The bytes are the replies exactly as the exporter receives them (``format: json``),
+    after a short write and read load (so histograms are populated) and, for
+    ``dump_ops_in_flight`` and ``dump_historic_slow_ops``, with a replica stopped under a
+    size-2 pool's write load (ops stuck in "waiting for sub ops"). docs/ceph.md.
+    """
+    from cephnode_exporter.ceph.asok import AdminSocket
+
+    memstore, bluestore = cluster.memstore_ids[0], cluster.bluestore_ids[0]
+    targets = {"memstore": memstore, "bluestore": bluestore}
+    sockets = {kind: AdminSocket(cluster.asok(f"osd.{i}")) for kind, i in targets.items()}
+    dest.mkdir(parents=True, exist_ok=True)
+    files: dict[str, dict[str, Any]] = {}
+
+    def save(kind: str, prefix: str) -> None:
+        payload = sockets[kind].raw(prefix)
+        name = f"{kind}.{prefix.replace(' ', '_')}.json"
+        (dest / name).write_bytes(payload)
+        files[name] = {"osd": f"osd.{targets[kind]}", "command": prefix, "bytes": len(payload)}
+
+    cluster.create_pool("rec", size=1)
+    cluster.rados_bench("rec", 3, mode="write")
+    cluster.rados_bench("rec", 2, mode="rand")
+    for kind in targets:
+        for prefix in ("perf dump", "perf schema", "perf histogram dump", "config show", "version"):
+            save(kind, prefix)
+
+    # Stall: a replica of both recorded OSDs' PGs stops under write load. Ops count as
+    # slow after osd_op_complaint_time (30 s) and are kept as historic slow ops when they
+    # took longer than osd_op_history_slow_op_threshold (10 s): 2 s each, to keep it short.
+    cluster.ceph("config", "set", "osd", "osd_op_complaint_time", "2")
+    cluster.ceph("config", "set", "osd", "osd_op_history_slow_op_threshold", "2")
+    pool_id = cluster.create_pool("stall", size=2, pg_num=16)
+    pgs = cluster.pgs(pool_id)
+    others = [i for i in cluster.osds if i not in targets.values()]
+
+    def replica_of_both(victim: int) -> bool:
+        return all(
+            any(p["acting_primary"] == t and victim in p["acting"] for p in pgs)
+            for t in targets.values()
+        )
+
+    victim = next((i for i in others if replica_of_both(i)), others[0])
+    bench = cluster.bench_background("stall", 30, mode="write", block=4096)
+    time.sleep(1.5)
+    with cluster.stopped(victim):
+        time.sleep(4)
+        for kind in targets:
+            save(kind, "dump_ops_in_flight")
+    time.sleep(2)  # the stuck ops complete after SIGCONT and become historic slow ops
+    for kind in targets:
+        save(kind, "dump_historic_slow_ops")
+    bench.kill()
+    bench.wait()
+    version = json.loads((dest / "bluestore.version.json").read_bytes())
+    manifest = {
+        "ceph_version": version.get("version"),
+        "release": version.get("release"),
+        "recorded_with": "python tests/cephcluster.py record tests/fixtures/ceph",
+        "stalled_replica": f"osd.{victim}",
+        "files": files,
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("up", "record") or (argv[0] == "record" and len(argv) != 2):
+        print(__doc__, file=sys.stderr)
+        return 2
+    # A background job of a non-interactive shell ignores SIGINT: make both signals end
+    # the block below, so that stop() runs.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+    with CephCluster() as cluster:
+        print(f"cluster {cluster.name} up in {cluster.timings['start']:.1f} s: {cluster.timings}")
+        print(f"conf: {cluster.conf}\nsockets: {cluster.socket_dir}")
+        print(f"ceph: {' '.join(cluster.ceph_cmd)}", flush=True)
+        if argv[0] == "record":
+            manifest = record(cluster, Path(argv[1]))
+            print(json.dumps(manifest, indent=2))
+            return 0
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main(sys.argv[1:]))
