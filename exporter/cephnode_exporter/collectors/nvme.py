@@ -1,0 +1,333 @@
+"""Collector ``nvme``: NVMe controllers, their PCIe links, and their namespaces' queues.
+
+A controller that trained its link down (x2 instead of x4, 8 instead of 16 GT/s) halves
+or quarters one OSD's bandwidth without any error; a namespace left on ``mq-deadline``
+adds a lock and sorting to every I/O. Neither shows up in node_exporter, whose diskstats
+this collector does not repeat: its ``device`` label is the same block device name
+(``nvme0n1``), so the two join in PromQL.
+
+Devices come from the shared discovery (:mod:`cephnode_exporter.devices`), so a drive that
+is hot-plugged appears on the next scrape and a removed one disappears. What cannot
+change while a controller exists (identify strings, NUMA node, maximum link, where its
+hwmon lives) is read once and kept until the device set changes; the link state, queue
+settings and in-flight counts are read on every scrape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cephnode_exporter import devices
+from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.devices import NvmeController
+from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.hostfs.nvme import (
+    BlockQueue,
+    ControllerIdentity,
+    find_hwmon,
+    parse_count,
+    parse_millicelsius,
+    read_block_queue,
+    read_identity,
+)
+from cephnode_exporter.hostfs.pci import DeviceAttrs, LinkState, pci_function_dir, read_link
+
+US_PER_S = 1e6
+KIB = 1024
+# Discovery errors that concern this collector: NVMe and block class entries.
+_MY_DISCOVERY_ERRORS = re.compile(r"/(class/nvme|class/block|block)(/|:)")
+
+
+@dataclass(frozen=True)
+class ControllerFacts:
+    name: str
+    pci: str | None  # PCI function, None for fabrics controllers
+    identity: ControllerIdentity
+    queue_count: int | None
+    link: LinkState | None  # the trained link; None without a PCI function
+    max_link: LinkState | None
+    temperature_celsius: float | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceFacts:
+    name: str
+    controllers: tuple[str, ...]
+    queue: BlockQueue
+
+
+@dataclass
+class NvmeFacts:
+    controllers: list[ControllerFacts] = field(default_factory=list)
+    namespaces: list[NamespaceFacts] = field(default_factory=list)
+    generation: int = 0
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+@dataclass(frozen=True)
+class _Static:
+    """The cached part of a controller."""
+
+    identity: ControllerIdentity
+    pci_dir: str | None
+    max_link: LinkState | None
+    hwmon: str | None
+
+
+@register
+class NvmeCollector(Collector):
+    name = "nvme"
+    help = "NVMe controllers (identity, NUMA node, queues, PCIe link) and namespace block queues"
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        self._temperature = bool(getattr(ctx.options, "collector_nvme_temperature", False))
+        self._discovery: devices.DeviceDiscovery | None = devices.acquire(ctx.fs)
+        self._generation = -1
+        self._static: dict[str, _Static] = {}
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--collector.nvme.temperature",
+            dest="collector_nvme_temperature",
+            action="store_true",
+            help="export the drives' composite temperature; every read sends a SMART log "
+            "admin command to the drive (default: off)",
+        )
+
+    def close(self) -> None:
+        if self._discovery is not None:
+            devices.release(self._discovery)
+            self._discovery = None
+
+    def read(self) -> NvmeFacts:
+        if self._discovery is None:
+            raise RuntimeError("collector closed")
+        snap = self._discovery.devices()
+        facts = NvmeFacts(generation=snap.generation)
+        facts.errors.items.extend(e for e in snap.errors if _MY_DISCOVERY_ERRORS.search(e))
+        if snap.generation != self._generation:
+            self._static.clear()  # the device set changed: re-read what was cached
+            self._generation = snap.generation
+        for ctrl in snap.nvme_controllers:
+            c = self._controller(ctrl, facts.errors)
+            if c is not None:
+                facts.controllers.append(c)
+        for ns in snap.nvme_namespaces:
+            attrs = DeviceAttrs(ns.syspath)
+            queue = read_block_queue(attrs)
+            if attrs.gone():
+                continue  # removed since discovery listed it: not an error
+            facts.errors.items.extend(attrs.errors.items)
+            facts.namespaces.append(NamespaceFacts(ns.name, ns.controllers, queue))
+        return facts
+
+    def _controller(self, ctrl: NvmeController, errors: ReadErrors) -> ControllerFacts | None:
+        attrs = DeviceAttrs(ctrl.syspath)
+        static = self._static.get(ctrl.syspath)
+        pci_dir = static.pci_dir if static is not None else None
+        if static is None and ctrl.pci:
+            pci_dir = pci_function_dir(ctrl.syspath, ctrl.pci)
+        pci_attrs = DeviceAttrs(pci_dir) if pci_dir else None
+        fresh = static is None
+        if static is None:
+            static = _Static(
+                identity=read_identity(attrs),
+                pci_dir=pci_dir,
+                max_link=read_link(pci_attrs, "max") if pci_attrs else None,
+                hwmon=find_hwmon(ctrl.syspath, pci_dir) if self._temperature else None,
+            )
+        link = read_link(pci_attrs, "current") if pci_attrs else None
+        queue_count = attrs.get("queue_count", parse_count)
+        temperature = None
+        hwmon = DeviceAttrs(static.hwmon) if static.hwmon else None
+        if hwmon is not None:
+            temperature = hwmon.get("temp1_input", parse_millicelsius)
+        if attrs.gone() or (pci_attrs is not None and pci_attrs.gone()):
+            self._static.pop(ctrl.syspath, None)
+            return None  # hot-unplugged between discovery and this read: not an error
+        for part in (attrs, pci_attrs, hwmon):
+            if part is not None:
+                errors.items.extend(part.errors.items)
+        if fresh and _cacheable(static):
+            self._static[ctrl.syspath] = static
+        return ControllerFacts(
+            ctrl.name, ctrl.pci, static.identity, queue_count, link, static.max_link, temperature
+        )
+
+    def metrics(self, facts: NvmeFacts) -> Iterable[Metric]:
+        yield from _controller_metrics(facts.controllers)
+        yield from _namespace_metrics(facts.namespaces)
+
+
+def _cacheable(static: _Static) -> bool:
+    """Only complete reads are cached; a failed one is retried next scrape."""
+    link_ok = static.max_link is None or (
+        static.max_link.speed is not None and static.max_link.width is not None
+    )
+    return static.identity.complete and static.identity.numa_node is not None and link_ok
+
+
+def _controller_metrics(controllers: list[ControllerFacts]) -> Iterable[Metric]:
+    info = GaugeMetricFamily(
+        metric_name("nvme_controller_info"),
+        "NVMe controller identity from /sys/class/nvme/<controller> (padding stripped).",
+        labels=["controller", "model", "serial", "firmware", "transport"],
+    )
+    numa = GaugeMetricFamily(
+        metric_name("nvme_numa_node"),
+        "NUMA node of the controller; -1 when the platform does not say.",
+        labels=["controller"],
+    )
+    queues = GaugeMetricFamily(
+        metric_name("nvme_queues"),
+        "Queues the NVMe driver set up on the controller (queue_count), the admin queue included.",
+        labels=["controller"],
+    )
+    speed = GaugeMetricFamily(
+        metric_name("nvme_pcie_current_link_transfers_per_second"),
+        "Speed the controller's PCIe link trained to, in transfers per second per lane.",
+        labels=["controller"],
+    )
+    max_speed = GaugeMetricFamily(
+        metric_name("nvme_pcie_max_link_transfers_per_second"),
+        "Fastest PCIe link speed the controller supports, in transfers per second per lane.",
+        labels=["controller"],
+    )
+    width = GaugeMetricFamily(
+        metric_name("nvme_pcie_current_link_width"),
+        "Lanes of the controller's trained PCIe link.",
+        labels=["controller"],
+    )
+    max_width = GaugeMetricFamily(
+        metric_name("nvme_pcie_max_link_width"),
+        "Lanes the controller supports.",
+        labels=["controller"],
+    )
+    temperature = GaugeMetricFamily(
+        metric_name("nvme_temperature_celsius"),
+        "Composite temperature of the drive (hwmon temp1_input); only with "
+        "--collector.nvme.temperature, each read is an admin command to the drive.",
+        labels=["controller"],
+    )
+    for c in controllers:
+        ident = c.identity
+        if ident.complete:
+            labels = [ident.model, ident.serial, ident.firmware, ident.transport]
+            info.add_metric([c.name, *(v or "" for v in labels)], 1.0)
+        if ident.numa_node is not None:
+            numa.add_metric([c.name], float(ident.numa_node))
+        if c.queue_count is not None:
+            queues.add_metric([c.name], float(c.queue_count))
+        for state, s_family, w_family in (
+            (c.link, speed, width),
+            (c.max_link, max_speed, max_width),
+        ):
+            if state is None:
+                continue
+            if state.speed is not None:
+                s_family.add_metric([c.name], state.speed)
+            if state.width is not None:
+                w_family.add_metric([c.name], float(state.width))
+        if c.temperature_celsius is not None:
+            temperature.add_metric([c.name], c.temperature_celsius)
+    yield from (info, numa, queues, speed, max_speed, width, max_width, temperature)
+
+
+# (BlockQueue field, metric suffix, help, scale to base units)
+_QUEUE_GAUGES = (
+    (
+        "nr_requests",
+        "queue_requests",
+        "Requests the block queue may allocate per hardware queue (queue/nr_requests).",
+        1,
+    ),
+    (
+        "rq_affinity",
+        "queue_rq_affinity",
+        "Where completions run (queue/rq_affinity): 0 any CPU, 1 the submitting CPU's "
+        "group, 2 the submitting CPU.",
+        1,
+    ),
+    (
+        "nomerges",
+        "queue_nomerges",
+        "Request merging (queue/nomerges): 0 all merges, 1 simple one-hit merges only, 2 none.",
+        1,
+    ),
+    ("io_poll", "queue_io_poll", "1 when polled I/O is enabled on the queue (queue/io_poll).", 1),
+    (
+        "read_ahead_kb",
+        "queue_read_ahead_bytes",
+        "Read-ahead of the block device (queue/read_ahead_kb).",
+        KIB,
+    ),
+    (
+        "max_sectors_kb",
+        "queue_max_request_bytes",
+        "Largest request the block layer sends to the device (queue/max_sectors_kb).",
+        KIB,
+    ),
+    (
+        "hw_queues",
+        "hw_queues",
+        "blk-mq hardware queues of the namespace (directories mq/<N>).",
+        1,
+    ),
+)
+
+
+def _namespace_metrics(namespaces: list[NamespaceFacts]) -> Iterable[Metric]:
+    info = GaugeMetricFamily(
+        metric_name("nvme_namespace_info"),
+        "An NVMe namespace (block device) and the controller that serves it; a namespace "
+        "shared through native multipath has one series per path's controller.",
+        labels=["device", "controller"],
+    )
+    scheduler = GaugeMetricFamily(
+        metric_name("nvme_scheduler_info"),
+        "The active I/O scheduler of the namespace (queue/scheduler).",
+        labels=["device", "scheduler"],
+    )
+    gauges = [
+        (attr, scale, GaugeMetricFamily(metric_name("nvme", suffix), doc, labels=["device"]))
+        for attr, suffix, doc, scale in _QUEUE_GAUGES
+    ]
+    wbt = GaugeMetricFamily(
+        metric_name("nvme_queue_wbt_latency_seconds"),
+        "Writeback throttling target latency (queue/wbt_lat_usec); 0 when disabled, absent "
+        "when the queue has no writeback throttling.",
+        labels=["device"],
+    )
+    inflight = GaugeMetricFamily(
+        metric_name("nvme_inflight_requests"),
+        "Requests issued to the device and not yet completed (inflight), by direction.",
+        labels=["device", "op"],
+    )
+    for ns in namespaces:
+        q = ns.queue
+        for ctrl in ns.controllers:
+            info.add_metric([ns.name, ctrl], 1.0)
+        if q.scheduler is not None:
+            scheduler.add_metric([ns.name, q.scheduler], 1.0)
+        for attr, scale, family in gauges:
+            value = getattr(q, attr)
+            if value is not None:
+                family.add_metric([ns.name], float(value * scale))
+        if q.wbt_lat_usec is not None:
+            wbt.add_metric([ns.name], q.wbt_lat_usec / US_PER_S)
+        if q.inflight_reads is not None and q.inflight_writes is not None:
+            inflight.add_metric([ns.name, "read"], float(q.inflight_reads))
+            inflight.add_metric([ns.name, "write"], float(q.inflight_writes))
+    yield info
+    yield scheduler
+    for _, _, family in gauges:
+        yield family
+    yield wbt
+    yield inflight

@@ -1,0 +1,232 @@
+"""NVMe controllers and the block queues of their namespaces.
+
+Controller attributes (``/sys/class/nvme/nvmeX/``, drivers/nvme/host/core.c, later
+sysfs.c): ``model``, ``serial`` and ``firmware_rev`` are printed ``"%.*s\\n"`` with the
+full width of the Identify Controller field, so they carry the drive's space padding (40,
+20 and 8 characters); ``transport`` is the ops name ("pcie", "tcp", "rdma", "fc", "loop");
+``queue_count`` counts the queues the driver set up, the admin queue included;
+``numa_node`` is -1 when the platform does not say.
+
+Namespace attributes (Documentation/ABI/stable/sysfs-block, block/blk-sysfs.c,
+block/elevator.c, block/genhd.c): ``queue/scheduler`` lists the I/O schedulers with the
+active one in brackets ("[none] mq-deadline ", or "mq-deadline kyber [none]" before 5.0),
+or just "none" when the queue cannot have one; ``queue/wbt_lat_usec`` fails with EINVAL
+when writeback throttling is not set up for the queue and reads 0 when it is disabled;
+``inflight`` is "%8u %8u" (reads, writes); ``mq/<N>/`` is one directory per blk-mq
+hardware context.
+
+Temperature: drivers/nvme/host/hwmon.c registers an hwmon device named "nvme" under the
+controller (``nvmeX/hwmonN``; the first kernels with it, 5.5 on, registered it under the
+PCI function, ``<bdf>/hwmon/hwmonN``; both places are searched). ``temp1_input`` (the
+Composite sensor, millidegrees Celsius) is computed from a SMART log page fetched from
+the drive on every read, an admin command: the collector reads it only behind a flag.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+
+from cephnode_exporter.hostfs import ParseError, read_text
+from cephnode_exporter.hostfs.pci import DeviceAttrs, is_gone, parse_numa_node
+
+# Identify Controller strings are at most 40 bytes; bound the label value anyway.
+MAX_ID_CHARS = 64
+# Scheduler names are elevator_type names ("mq-deadline", "kyber", "bfq", "none").
+_ELEVATOR_RE = re.compile(r"[a-z0-9_-]{1,32}")
+# hwmon class device names: hwmon%d (drivers/hwmon/hwmon.c).
+_HWMON_RE = re.compile(r"hwmon\d+")
+HWMON_NAME = "nvme"
+# Block queue attribute values of real kernels fit easily; a bigger one is garbage.
+MAX_QUEUE_VALUE = 1 << 40
+
+
+def parse_id_string(text: str, path: str = "id string") -> str:
+    """An Identify Controller string without its space padding; must be printable."""
+    text = text.strip()
+    if len(text) > MAX_ID_CHARS or not text.isprintable():
+        raise ParseError(path, f"not an identify string: {text[:40]!r}")
+    return text
+
+
+def parse_count(text: str, path: str = "count") -> int:
+    """A non-negative integer attribute (queue_count, nr_requests, read_ahead_kb, ...)."""
+    text = text.strip()
+    if not text.isdigit() or int(text) > MAX_QUEUE_VALUE:
+        raise ParseError(path, f"not a count: {text[:40]!r}")
+    return int(text)
+
+
+def parse_scheduler(text: str, path: str = "scheduler") -> str:
+    """The active I/O scheduler: the bracketed entry of ``queue/scheduler``.
+
+    "none" alone (no brackets) is what elv_iosched_show() prints for a queue that cannot
+    have a scheduler, which is the same as running none.
+    """
+    tokens = text.split()
+    if tokens == ["none"]:
+        return "none"
+    active = [t[1:-1] for t in tokens if t.startswith("[") and t.endswith("]")]
+    names = [t.strip("[]") for t in tokens]
+    if len(active) != 1 or not all(_ELEVATOR_RE.fullmatch(n) for n in names):
+        raise ParseError(path, f"no single [active] scheduler in {text[:60]!r}")
+    return active[0]
+
+
+def parse_inflight(text: str, path: str = "inflight") -> tuple[int, int]:
+    """(reads, writes) in flight, from block/genhd.c ``part_inflight_show``."""
+    fields = text.split()
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        raise ParseError(path, f"not two counts: {text[:40]!r}")
+    return int(fields[0]), int(fields[1])
+
+
+def parse_millicelsius(text: str, path: str = "temp1_input") -> float:
+    try:
+        return int(text.strip()) / 1000
+    except ValueError:
+        raise ParseError(path, f"not a temperature: {text[:40]!r}") from None
+
+
+@dataclass(frozen=True)
+class ControllerIdentity:
+    """What does not change while a controller exists: read once per device set.
+
+    A field is None when its file was unreadable or malformed (counted as an error), ""
+    when the kernel has no such attribute.
+    """
+
+    model: str | None
+    serial: str | None
+    firmware: str | None
+    transport: str | None
+    numa_node: int | None
+
+    @property
+    def complete(self) -> bool:
+        return None not in (self.model, self.serial, self.firmware, self.transport)
+
+
+def read_identity(attrs: DeviceAttrs) -> ControllerIdentity:
+    """The controller's identify strings and NUMA node (``attrs`` is the controller dir)."""
+    fields = {}
+    for name in ("model", "serial", "firmware_rev", "transport"):
+        before = len(attrs.errors)
+        value = attrs.get(name, parse_id_string)
+        if value is None and len(attrs.errors) == before:
+            value = ""  # absent attribute: older kernel
+        fields[name] = value
+    return ControllerIdentity(
+        model=fields["model"],
+        serial=fields["serial"],
+        firmware=fields["firmware_rev"],
+        transport=fields["transport"],
+        numa_node=attrs.get("numa_node", parse_numa_node),
+    )
+
+
+def find_hwmon(ctrl_dir: str, pci_dir: str | None) -> str | None:
+    """The controller's NVMe hwmon directory, under the controller (current kernels) or
+    under its PCI function (older ones); None without one (CONFIG_NVME_HWMON off, or the
+    first SMART log read failed)."""
+    candidates = [ctrl_dir]
+    if pci_dir is not None:
+        candidates.append(os.path.join(pci_dir, "hwmon"))
+    for base in candidates:
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        for name in names:
+            if not _HWMON_RE.fullmatch(name):
+                continue
+            path = os.path.join(base, name)
+            try:
+                if read_text(os.path.join(path, "name")) == HWMON_NAME:
+                    return path
+            except OSError:
+                continue
+    return None
+
+
+@dataclass(frozen=True)
+class BlockQueue:
+    """A namespace's block queue settings and in-flight requests; None fields were not
+    readable (counted) or do not exist on this kernel."""
+
+    scheduler: str | None = None
+    nr_requests: int | None = None
+    rq_affinity: int | None = None
+    nomerges: int | None = None
+    io_poll: int | None = None
+    wbt_lat_usec: int | None = None
+    read_ahead_kb: int | None = None
+    max_sectors_kb: int | None = None
+    hw_queues: int | None = None
+    inflight_reads: int | None = None
+    inflight_writes: int | None = None
+
+
+# queue/<attribute> read as a count, in BlockQueue field order.
+QUEUE_COUNTS = (
+    "nr_requests",
+    "rq_affinity",
+    "nomerges",
+    "io_poll",
+    "read_ahead_kb",
+    "max_sectors_kb",
+)
+
+
+def read_wbt_lat_usec(attrs: DeviceAttrs) -> int | None:
+    """``queue/wbt_lat_usec``; None when the queue has no writeback throttling (the
+    kernel answers EINVAL, block/blk-sysfs.c ``queue_wb_lat_show``), not an error."""
+    path = attrs.path("queue/wbt_lat_usec")
+    try:
+        text = read_text(path)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return None
+        if is_gone(exc):
+            attrs.missing = True
+        else:
+            attrs.errors.add(exc)
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        attrs.errors.add(ParseError(path, f"not a latency: {text[:40]!r}"))
+        return None
+    # Reads never print a negative value today; -1 is what one writes to restore the
+    # default. Treat a negative read like "no throttling" rather than a latency.
+    return value if value >= 0 else None
+
+
+def count_hw_queues(attrs: DeviceAttrs) -> int | None:
+    """Directories ``mq/0``, ``mq/1``, ...: the blk-mq hardware contexts."""
+    path = attrs.path("mq")
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        if is_gone(exc):
+            attrs.missing = True
+        else:
+            attrs.errors.add(OSError(exc.errno, exc.strerror, path))
+        return None
+    return sum(1 for n in names if n.isdigit())
+
+
+def read_block_queue(attrs: DeviceAttrs) -> BlockQueue:
+    """Every queue setting of one namespace (``attrs`` is the disk's directory)."""
+    counts = {name: attrs.get(f"queue/{name}", parse_count) for name in QUEUE_COUNTS}
+    inflight = attrs.get("inflight", parse_inflight)
+    return BlockQueue(
+        scheduler=attrs.get("queue/scheduler", parse_scheduler),
+        wbt_lat_usec=read_wbt_lat_usec(attrs),
+        hw_queues=count_hw_queues(attrs),
+        inflight_reads=inflight[0] if inflight else None,
+        inflight_writes=inflight[1] if inflight else None,
+        **counts,
+    )
