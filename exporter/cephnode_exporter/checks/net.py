@@ -1,0 +1,180 @@
+"""Checks ``net.mtu`` and ``net.rings``: jumbo frames and full NIC rings (seed 004's
+network list, DOMAIN.md section 2: "MTU 9000; NIC rings raised (ethtool -G eth0 rx 8192
+tx 8192)").
+
+Which interfaces: with the profile's ``interfaces`` empty (the default), every physical
+port the collector read whose link is not down; a port whose link is down carries no
+traffic, so it is reported as ``skip`` rather than judged (an unused onboard port at MTU
+1500 is not a fault). With a regular expression, the interfaces whose whole name matches,
+physical or virtual (``bond0``, ``bond0.100``), whatever their link state: the profile
+named them, so they are judged. Names the collector excluded
+(``--collector.net.exclude``) are never seen here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cephnode_exporter.checks import Finding, check
+from cephnode_exporter.collectors.net import NetFacts
+from cephnode_exporter.hostfs.net import RINGS_ERROR, RINGS_NOT_READ, RINGS_UNSUPPORTED, Interface
+
+# The rings judged: rx_mini and rx_jumbo (old Broadcom/3Com NICs) are exported but their
+# use depends on the MTU, so a jumbo ring at 0 is no fault.
+JUDGED_RINGS = ("rx", "tx")
+
+
+def _validate_interfaces(params: dict[str, Any]) -> None:
+    try:
+        re.compile(params["interfaces"])
+    except re.error as exc:
+        raise ValueError(f"interfaces is not a regular expression: {exc}") from None
+
+
+def _validate_mtu(params: dict[str, Any]) -> None:
+    _validate_interfaces(params)
+    # 68: the IPv4 minimum (RFC 791); 65535: the largest MTU IP can use.
+    if not 68 <= params["mtu"] <= 65535:
+        raise ValueError(f"mtu must be between 68 and 65535, not {params['mtu']}")
+
+
+def _selected(facts: NetFacts, pattern: str) -> tuple[list[Interface], bool]:
+    """The interfaces a check judges, and whether the profile named them explicitly."""
+    if pattern:
+        regex = re.compile(pattern)
+        return [i for i in facts.interfaces.values() if regex.fullmatch(i.name)], True
+    return facts.physical, False
+
+
+def _none_selected(facts: NetFacts, pattern: str, expected: str) -> list[Finding]:
+    if pattern:
+        observed = f"no interface matches {pattern!r}"
+    else:
+        observed = "no physical network interface found"
+    if facts.excluded:
+        observed += f" (excluded by --collector.net.exclude: {', '.join(facts.excluded)})"
+    return [Finding("", None, observed, expected)]
+
+
+def _link(iface: Interface) -> str:
+    if iface.link_down:
+        return f"link {iface.operstate}"
+    if iface.speed_mbps:
+        return f"link {iface.operstate or 'unknown'}, {_speed(iface.speed_mbps)}"
+    return f"link {iface.operstate or 'unknown'}"
+
+
+def _speed(mbps: int) -> str:
+    return f"{mbps // 1000} Gb/s" if mbps >= 1000 and mbps % 1000 == 0 else f"{mbps} Mb/s"
+
+
+def _mtu_hint(iface: Interface, want: int) -> str:
+    target = iface.master or iface.name
+    hint = f"ip link set dev {target} mtu {want}"
+    if iface.master:
+        hint += f" (set on {iface.master}: a bond passes its MTU to every slave)"
+    return (
+        hint + f"; to persist it: netplan 'mtu: {want}' on the interface (and its bond and "
+        f"VLANs), or MTUBytes={want} in the [Link] section of its systemd-networkd "
+        f".network file, or nmcli connection modify <connection> 802-3-ethernet.mtu {want}; "
+        "switch ports and every peer on the network need the same MTU"
+    )
+
+
+@check(
+    "net.mtu",
+    "net",
+    validate=_validate_mtu,
+    mtu=int,
+    interfaces=str,
+)
+def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
+    """An MTU below the profile's (9000) splits every 4 MB object into six times as many
+    packets, each with its own interrupt and protocol overhead, on the public and the
+    cluster network; a larger MTU passes."""
+    want = int(params["mtu"])
+    pattern = str(params["interfaces"])
+    expected = f"MTU at least {want}"
+    selected, named = _selected(facts, pattern)
+    if not selected:
+        return _none_selected(facts, pattern, expected)
+    findings = []
+    for iface in selected:
+        link = _link(iface)
+        if iface.mtu is None:
+            findings.append(Finding(iface.name, None, f"MTU unreadable ({link})", expected))
+        elif iface.link_down and not named:
+            observed = f"MTU {iface.mtu}, {link}: not judged"
+            findings.append(Finding(iface.name, None, observed, expected))
+        elif iface.mtu < want:
+            observed = f"MTU {iface.mtu} ({link})"
+            findings.append(Finding(iface.name, True, observed, expected, _mtu_hint(iface, want)))
+        else:
+            findings.append(Finding(iface.name, False, f"MTU {iface.mtu} ({link})", expected))
+    return findings
+
+
+def _rings_hint(name: str, targets: dict[str, int]) -> str:
+    sizes = " ".join(f"{ring} {size}" for ring, size in targets.items())
+    rx = targets.get("rx")
+    tx = targets.get("tx")
+    link_file = " / ".join(
+        [*([f"RxBufferSize={rx}"] if rx else []), *([f"TxBufferSize={tx}"] if tx else [])]
+    )
+    nm = " ".join(
+        [*([f"ethtool.ring-rx {rx}"] if rx else []), *([f"ethtool.ring-tx {tx}"] if tx else [])]
+    )
+    return (
+        f"ethtool -G {name} {sizes}; to persist it: a udev rule in "
+        f'/etc/udev/rules.d/ (ACTION=="add", SUBSYSTEM=="net", KERNEL=="{name}", '
+        f'RUN+="/usr/sbin/ethtool -G {name} {sizes}"), or {link_file} in the [Link] '
+        f"section of the interface's systemd .link file (systemd.link(5)), or "
+        f"nmcli connection modify <connection> {nm}"
+    )
+
+
+@check("net.rings", "net", validate=_validate_interfaces, interfaces=str)
+def rings(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
+    """RX and TX rings below the driver's maximum drop packets in bursts (rx_missed,
+    rx_out_of_buffer) that a 100 GbE port of an OSD host sees on every recovery or
+    large read; the mlx5 default is 1024 descriptors of a possible 8192. Larger rings
+    cost memory and can add queueing latency, hence a warning rather than a failure."""
+    pattern = str(params["interfaces"])
+    expected = "rx and tx rings at the driver's maximum"
+    selected, named = _selected(facts, pattern)
+    if not selected:
+        return _none_selected(facts, pattern, expected)
+    findings = []
+    for iface in selected:
+        link = _link(iface)
+        if iface.rings_state == RINGS_NOT_READ:
+            why = "virtual interface: rings belong to its physical ports"
+            findings.append(Finding(iface.name, None, why, expected))
+            continue
+        if iface.rings_state == RINGS_UNSUPPORTED:
+            why = f"the driver ({iface.driver or 'unknown'}) reports no ring sizes"
+            findings.append(Finding(iface.name, None, why, expected))
+            continue
+        if iface.rings_state == RINGS_ERROR or iface.rings is None:
+            findings.append(
+                Finding(iface.name, None, f"rings unreadable: {iface.rings_error}", expected)
+            )
+            continue
+        judged = [r for r in iface.rings.rings() if r.name in JUDGED_RINGS and r.maximum]
+        if not judged:
+            why = "the driver reports no ring maximum"
+            findings.append(Finding(iface.name, None, why, expected))
+            continue
+        observed = ", ".join(f"{r.name} {r.current}/{r.maximum}" for r in judged)
+        observed += f" ({link})"
+        if iface.link_down and not named:
+            findings.append(Finding(iface.name, None, observed + ": not judged", expected))
+            continue
+        low = {r.name: r.maximum for r in judged if r.current < r.maximum}
+        if low:
+            hint = _rings_hint(iface.name, low)
+            findings.append(Finding(iface.name, True, observed, expected, hint))
+        else:
+            findings.append(Finding(iface.name, False, observed, expected))
+    return findings

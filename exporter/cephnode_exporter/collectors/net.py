@@ -1,0 +1,155 @@
+"""Collector ``net``: what node_exporter does not say about the NICs an OSD talks through.
+
+node_exporter's ``netclass`` collector already exports MTU (``node_network_mtu_bytes``),
+link speed (``node_network_speed_bytes``), operstate and carrier per ``device``; they are
+read here for the ``net.mtu`` and ``net.rings`` checks but not exported again (join on
+``device`` in PromQL, see docs/metrics.md). Exported: the NUMA node of each NIC, its
+driver, PCI function and bond, and its RX/TX ring sizes with their maxima, which need
+the ethtool ioctl and so are in no sysfs-based exporter.
+
+Which interfaces: discovery (:mod:`cephnode_exporter.devices`) lists them; names matching
+``--collector.net.exclude`` are ignored outright. Of the rest, physical ports get the full
+read and metrics; virtual interfaces (bonds, VLANs, bridges: under /sys/devices/virtual)
+get a light read (MTU, operstate) so that the ``net.mtu`` check can judge a bond or a
+VLAN the profile names, and no metrics: rings, NUMA node and driver belong to the ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cephnode_exporter import devices
+from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
+from cephnode_exporter.hostfs.net import RINGS_OK, Interface, read_interface
+from cephnode_exporter.logs import kv
+
+log = logging.getLogger(__name__)
+
+# Names of interfaces that are never storage ports, matched in full. Most are also
+# virtual by sysfs location; the pattern keeps them out even where a container runtime
+# or CNI plugin gives them a parent device. Operators add their management ports here.
+DEFAULT_EXCLUDE = (
+    r"lo|veth.*|docker.*|br-.*|virbr.*|vnet.*|tap.*|tun.*|cni.*|cali.*|flannel.*|cilium_.*"
+    r"|lxc.*|kube-.*|vxlan.*|genev_sys_.*|ifb.*|dummy.*|wg.*"
+)
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+
+
+@dataclass
+class NetFacts:
+    # Every interface read, physical and virtual, by name (sorted as discovery sorts).
+    interfaces: dict[str, Interface] = field(default_factory=dict)
+    excluded: list[str] = field(default_factory=list)
+    ring_source: str = ""
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+    @property
+    def physical(self) -> list[Interface]:
+        return [i for i in self.interfaces.values() if not i.virtual]
+
+
+@register
+class NetCollector(Collector):
+    name = "net"
+    help = "NIC NUMA node, driver, bond and RX/TX ring sizes (ethtool ioctl) per physical port"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--collector.net.exclude",
+            dest="collector_net_exclude",
+            type=_regex,
+            default=_regex(DEFAULT_EXCLUDE),
+            metavar="REGEX",
+            help="interfaces to ignore, matched against the whole name; virtual interfaces "
+            "(bonds, VLANs, bridges) are never exported either (default: lo, veth, docker, "
+            "bridges, tunnels and CNI devices)",
+        )
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        self._exclude: re.Pattern[str] = getattr(
+            ctx.options, "collector_net_exclude", None
+        ) or _regex(DEFAULT_EXCLUDE)
+        self._rings: RingReader = ring_reader_for(ctx.fs)
+        self._discovery = devices.acquire(ctx.fs)
+        log.debug("net collector ring source", extra=kv(source=self._rings.source))
+
+    def close(self) -> None:
+        self._rings.close()
+        devices.release(self._discovery)
+
+    def read(self) -> NetFacts:
+        snap = self._discovery.devices()
+        facts = NetFacts(ring_source=self._rings.source)
+        # Discovery errors of network class entries only; NVMe ones belong to nvme.
+        facts.errors.items.extend(e for e in snap.errors if _is_net_error(e))
+        for dev in snap.net_interfaces:
+            if self._exclude.fullmatch(dev.name):
+                facts.excluded.append(dev.name)
+                continue
+            iface = read_interface(dev, None if dev.virtual else self._rings, facts.errors)
+            if iface is not None:
+                facts.interfaces[dev.name] = iface
+        return facts
+
+    def metrics(self, facts: NetFacts) -> Iterable[Metric]:
+        numa = GaugeMetricFamily(
+            metric_name("network_numa_node"),
+            "NUMA node of the NIC's PCI function (-1: the firmware gives none). Ceph "
+            "daemons serving this port run best on the same node.",
+            labels=["device"],
+        )
+        info = GaugeMetricFamily(
+            metric_name("network_device_info"),
+            "A physical network port: its driver, PCI function and the bond or bridge it "
+            "is enslaved to (empty when none or unknown).",
+            labels=["device", "driver", "pci", "master"],
+        )
+        entries = GaugeMetricFamily(
+            metric_name("network_ring_entries"),
+            "Descriptors in the NIC ring (ethtool -g current value): rx, tx, and rx_mini "
+            "or rx_jumbo where the driver has them.",
+            labels=["device", "ring"],
+        )
+        maximum = GaugeMetricFamily(
+            metric_name("network_ring_max_entries"),
+            "Largest ring the driver accepts (ethtool -g pre-set maximum).",
+            labels=["device", "ring"],
+        )
+        for iface in facts.physical:
+            info.add_metric(
+                [iface.name, iface.driver or "", iface.pci or "", iface.master or ""], 1.0
+            )
+            if iface.numa_node is not None:
+                numa.add_metric([iface.name], float(iface.numa_node))
+            if iface.rings_state != RINGS_OK or iface.rings is None:
+                continue
+            for ring in iface.rings.rings():
+                entries.add_metric([iface.name, ring.name], float(ring.current))
+                if ring.maximum:
+                    maximum.add_metric([iface.name, ring.name], float(ring.maximum))
+        yield info
+        yield numa
+        yield entries
+        yield maximum
+
+
+def _is_net_error(error: str) -> bool:
+    """Discovery errors name the class link or device path (``.../class/net/eth0: ...``,
+    ``/sys/class/net: Permission denied``) or the udev subsystem."""
+    return "/net/" in error or "/class/net:" in error or "enumeration of net:" in error

@@ -1,0 +1,239 @@
+"""Network interfaces: the sysfs attributes of /sys/class/net/<name> and the ring sizes.
+
+Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-class-net):
+  - ``mtu``: "%d\\n" of dev->mtu.
+  - ``speed``: "%d\\n" of the link speed in Mb/s. SPEED_UNKNOWN (u32 -1, link down on
+    most drivers) prints as -1; reading fails with EINVAL when the interface is not
+    running or its driver has no link settings (lo, bridges): both mean "unknown".
+  - ``operstate``: one of the RFC 2863 names in ``operstates[]``.
+  - ``device``: link to the parent device (the PCI function of a PCI NIC; virtioN of a
+    virtio NIC), absent for virtual interfaces; ``device/driver`` names the driver.
+  - ``master``: link to the bond or bridge the interface is enslaved to, if any.
+  - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
+    gives no proximity for it.
+
+The interface records come from device discovery (:mod:`cephnode_exporter.devices`); an
+interface that disappears while it is being read (hot-unplug, rename) is skipped without
+counting an error, like discovery does.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from cephnode_exporter.devices import NetInterface
+from cephnode_exporter.hostfs import ParseError, ReadErrors, read_text
+from cephnode_exporter.hostfs.ethtool import RingParam, RingReader
+
+# net/core/net-sysfs.c operstates[] (IF_OPER_* of include/uapi/linux/if.h).
+OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
+# The states in which no frame can pass; "unknown" is what lo and many virtual drivers
+# report while working, so it does not count as down.
+LINK_DOWN = frozenset({"notpresent", "down", "lowerlayerdown"})
+
+RINGS_OK = "ok"
+RINGS_UNSUPPORTED = "unsupported"  # EOPNOTSUPP: the driver has no get_ringparam
+RINGS_ERROR = "error"
+RINGS_NOT_READ = "not_read"  # virtual interfaces: rings are a property of the port
+
+T = TypeVar("T")
+
+
+class Vanished(Exception):
+    """The interface went away while it was read; skip it silently."""
+
+
+@dataclass(frozen=True)
+class Interface:
+    """What the net collector knows about one interface after one read."""
+
+    name: str
+    virtual: bool
+    pci: str | None
+    mtu: int | None  # bytes; None: unreadable
+    operstate: str | None
+    speed_mbps: int | None  # None: unknown (link down, no link settings) or not read
+    numa_node: int | None  # -1: no NUMA affinity known; None: not read or no PCI function
+    driver: str | None
+    master: str | None  # bond or bridge this interface is enslaved to
+    rings: RingParam | None = None
+    rings_state: str = RINGS_NOT_READ
+    rings_error: str | None = None
+
+    @property
+    def link_down(self) -> bool:
+        return self.operstate in LINK_DOWN
+
+
+def parse_mtu(text: str, path: str = "mtu") -> int:
+    try:
+        mtu = int(text)
+    except ValueError:
+        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
+    if mtu < 0:
+        raise ParseError(path, f"negative MTU {mtu}")
+    return mtu
+
+
+def parse_speed(text: str, path: str = "speed") -> int | None:
+    """Link speed in Mb/s; None for SPEED_UNKNOWN (-1)."""
+    try:
+        speed = int(text)
+    except ValueError:
+        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
+    if speed == -1:
+        return None
+    if speed < 0:
+        raise ParseError(path, f"negative speed {speed}")
+    return speed
+
+
+def parse_operstate(text: str, path: str = "operstate") -> str:
+    state = text.strip()
+    if state not in OPERSTATES:
+        raise ParseError(path, f"unknown operstate {state[:40]!r}")
+    return state
+
+
+def parse_numa_node(text: str, path: str = "numa_node") -> int:
+    try:
+        node = int(text)
+    except ValueError:
+        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
+    if node < -1:
+        raise ParseError(path, f"bad NUMA node {node}")
+    return node
+
+
+def pci_function_dir(dev: NetInterface) -> str | None:
+    """The sysfs directory of the interface's PCI function: the ``pci`` component of its
+    resolved path (for virtio the virtio PCI function, whose numa_node is the one)."""
+    if dev.pci is None:
+        return None
+    marker = os.sep + dev.pci + os.sep
+    cut = dev.syspath.rfind(marker)
+    if cut < 0:
+        return None
+    return dev.syspath[: cut + len(marker) - 1]
+
+
+class _Reader:
+    """Reads one interface's attributes; errors go to ``errors`` unless it vanished."""
+
+    def __init__(self, dev: NetInterface, errors: ReadErrors) -> None:
+        self.dev = dev
+        self.errors = errors
+
+    def gone(self) -> bool:
+        return not os.path.isdir(self.dev.syspath)
+
+    def attr(
+        self,
+        path: str,
+        parse: Callable[[str, str], T],
+        *,
+        einval_unknown: bool = False,
+        optional: bool = False,
+    ) -> T | None:
+        try:
+            return parse(read_text(path), path)
+        except FileNotFoundError as exc:
+            if self.gone():
+                raise Vanished from None
+            if not optional:
+                self.errors.add(exc)
+        except OSError as exc:
+            if exc.errno == errno.ENODEV and self.gone():
+                raise Vanished from None
+            if not (einval_unknown and exc.errno == errno.EINVAL):
+                self.errors.add(exc)
+        except ParseError as exc:
+            self.errors.add(exc)
+        return None
+
+    def link_name(self, rel: str) -> str | None:
+        """Basename of a symlink's target (driver, master); None when there is none."""
+        try:
+            return os.path.basename(os.readlink(os.path.join(self.dev.syspath, rel)))
+        except FileNotFoundError:
+            if self.gone():
+                raise Vanished from None
+            return None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # not a symlink
+                return None
+            self.errors.add(exc)
+            return None
+
+
+def read_interface(
+    dev: NetInterface, rings: RingReader | None, errors: ReadErrors
+) -> Interface | None:
+    """Read one interface. ``rings`` None means a light read (MTU, operstate, master:
+    what the MTU check may need of a bond or VLAN); with a reader, also speed, NUMA node,
+    driver and ring sizes. None when the interface vanished during the read."""
+    r = _Reader(dev, errors)
+    base = dev.syspath
+    try:
+        mtu = r.attr(os.path.join(base, "mtu"), parse_mtu)
+        operstate = r.attr(os.path.join(base, "operstate"), parse_operstate)
+        master = r.link_name("master")
+        if rings is None:
+            return Interface(
+                dev.name, dev.virtual, dev.pci, mtu, operstate, None, None, None, master
+            )
+        speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
+        numa: int | None = None
+        pci_dir = pci_function_dir(dev)
+        if pci_dir is not None:
+            # Absent without CONFIG_NUMA: not an error.
+            numa = r.attr(os.path.join(pci_dir, "numa_node"), parse_numa_node, optional=True)
+        driver = r.link_name(os.path.join("device", "driver"))
+        ring_param, state, why = _read_rings(r, rings)
+    except Vanished:
+        return None
+    return Interface(
+        dev.name,
+        dev.virtual,
+        dev.pci,
+        mtu,
+        operstate,
+        speed,
+        numa,
+        driver,
+        master,
+        ring_param,
+        state,
+        why,
+    )
+
+
+def _read_rings(r: _Reader, rings: RingReader) -> tuple[RingParam | None, str, str | None]:
+    name = r.dev.name
+    try:
+        param = rings.read(name)
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:
+            if r.gone():
+                raise Vanished from None
+            # In sysfs but unknown to the ioctl: the exporter runs in another network
+            # namespace than the one the sysfs tree shows (a container without the
+            # host network), or a rename raced with this read.
+            exc = OSError(
+                errno.ENODEV,
+                "no such interface in the exporter's network namespace "
+                "(run it in the host network namespace)",
+                f"SIOCETHTOOL {name}",
+            )
+        r.errors.add(exc)
+        return None, RINGS_ERROR, exc.strerror or str(exc)
+    except (ParseError, ValueError) as exc:
+        r.errors.add(exc)
+        return None, RINGS_ERROR, str(exc)
+    if param is None:
+        return None, RINGS_UNSUPPORTED, None
+    return param, RINGS_OK, None
