@@ -65,6 +65,9 @@ class Tree:
         self.sys = root / "sys"
         self.proc = root / "proc"
         self.rootfs = root / "root"
+        # No Ceph in fixture trees: an empty socket directory, never the machine's.
+        self.ceph_sockets = self.rootfs / "var" / "run" / "ceph"
+        self.ceph_sockets.mkdir(parents=True, exist_ok=True)
 
     @property
     def flags(self) -> list[str]:
@@ -72,6 +75,7 @@ class Tree:
             f"--path.sysfs={self.sys}",
             f"--path.procfs={self.proc}",
             f"--path.rootfs={self.rootfs}",
+            f"--ceph.socket-dir={self.ceph_sockets}",
         ]
 
 

@@ -1,0 +1,403 @@
+"""Pure parsers for the OSD admin socket replies the ``osd`` collector uses.
+
+Each function takes the decoded JSON of one reply (``perf histogram dump``, ``perf dump``,
+``dump_ops_in_flight``, ``config show``, ``version``) and returns typed facts in base units
+(seconds, bytes), or raises :class:`PerfParseError` when the reply does not have the shape
+Ceph 16.2 (Pacific) gives it. Missing optional counters are ``None``, never zero: a
+memstore OSD has no ``bluestore`` or ``rocksdb`` section, and an absent series is honest
+where a zero would be a lie. No I/O and no Prometheus code here (docs/ceph.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# ----------------------------------------------------------------------------- histograms
+
+# The latency axis of the OSD op histograms is labelled "Latency (usec)" but holds
+# NANOSECONDS: PrimaryLogPG::log_op_stats records latency.to_nsec() (ceph/ceph
+# src/osd/PrimaryLogPG.cc, `hinc(l_osd_op_w_lat_inb_hist, latency.to_nsec(), inb)`), and
+# the axis is declared with "values are in nanoseconds ... Quantization unit is 100usec"
+# (src/osd/osd_perf_counters.cc). tests/test_osd_cluster.py checks it against perf dump.
+NS_PER_S = 1e9
+
+# op label -> the histogram of perf histogram dump's `osd` section. Each op is counted in
+# one 2-D histogram (latency x request size); readwrite ops are counted in both
+# op_rw_latency_in_bytes_histogram and ..._out_bytes_histogram, with the same latency,
+# so either gives the latency distribution (log_op_stats).
+OP_HISTOGRAMS: Mapping[str, str] = {
+    "read": "op_r_latency_out_bytes_histogram",
+    "write": "op_w_latency_in_bytes_histogram",
+    "readwrite": "op_rw_latency_in_bytes_histogram",
+}
+# ... and the perf dump time average whose `sum` is that histogram's _sum.
+OP_LATENCY_AVGS: Mapping[str, str] = {
+    "read": "op_r_latency",
+    "write": "op_w_latency",
+    "readwrite": "op_rw_latency",
+}
+
+# Bucket upper edges kept in the exposition, in seconds. The OSD's axis has 30 finite
+# edges, 100 us * 2^k for k = 0..29 (up to 53687 s); exporting all of them costs 33
+# series per op. Edges above 13.1 s (k = 17) are dropped: a coarser cumulative
+# histogram is still exact at the edges it keeps, ops slower than 13 s are counted in
+# +Inf, and such ops are reported individually by the in-flight and slow-op metrics.
+MAX_EDGE_SECONDS = 13.2
+
+
+class PerfParseError(ValueError):
+    """A reply decoded as JSON but does not have the structure Ceph gives it."""
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    """One op type's latency distribution, the request-size axis collapsed.
+
+    ``buckets`` are (upper edge in seconds, cumulative count), ascending, ending with
+    (+inf, total); ``count`` is the total of the OSD's matrix.
+    """
+
+    buckets: tuple[tuple[float, int], ...]
+    count: int
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PerfParseError(f"{what}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _num(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PerfParseError(f"{what}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _latency_edges(axis: Any, rows: int, what: str) -> list[float]:
+    """Upper edge in seconds of every latency bucket (+inf for the overflow).
+
+    Ceph's log2 axis (src/common/perf_histogram.h, PerfHistogramCommon::get_bucket_for_axis):
+    bucket 0 is the underflow (< min), bucket 1 is [min, min + quant), bucket i >= 2 is
+    [min + quant * 2^(i-2), min + quant * 2^(i-1)), the last is the overflow. ``ranges``
+    spells these out with an inclusive ``max`` (``{"min": 100000, "max": 199999}``).
+    The edges are computed from min/quant_size/buckets and cross-checked with ranges.
+    """
+    if not isinstance(axis, dict):
+        raise PerfParseError(f"{what}: latency axis is not an object")
+    if axis.get("scale_type") != "log2":
+        raise PerfParseError(f"{what}: latency axis scale {axis.get('scale_type')!r}, not log2")
+    lo = _int(axis.get("min"), f"{what}: axis min")
+    quant = _int(axis.get("quant_size"), f"{what}: axis quant_size")
+    n = _int(axis.get("buckets"), f"{what}: axis buckets")
+    if quant == 0 or n < 3 or n > 64:
+        raise PerfParseError(f"{what}: implausible axis (quant_size {quant}, {n} buckets)")
+    if n != rows:
+        raise PerfParseError(f"{what}: axis has {n} buckets, values has {rows} rows")
+    # Exclusive upper edge of each bucket, in nanoseconds.
+    edges_ns = [lo, lo + quant] + [lo + quant * 2 ** (i - 1) for i in range(2, n - 1)]
+    ranges = axis.get("ranges")
+    if ranges is not None:
+        if not isinstance(ranges, list) or len(ranges) != n:
+            raise PerfParseError(f"{what}: axis ranges do not match its {n} buckets")
+        for i, edge in enumerate(edges_ns):
+            r = ranges[i]
+            if not isinstance(r, dict) or r.get("max") != edge - 1:
+                raise PerfParseError(f"{what}: range {i} is {r!r}, expected max {edge - 1}")
+    return [e / NS_PER_S for e in edges_ns] + [math.inf]
+
+
+def parse_latency_histogram(hist: Any, what: str = "histogram") -> LatencyHistogram:
+    """Collapse a 2-D OSD op histogram (``{"axes": [latency, size], "values": [[..]]}``)
+    into a cumulative latency histogram in seconds."""
+    if not isinstance(hist, dict):
+        raise PerfParseError(f"{what}: not an object")
+    axes, values = hist.get("axes"), hist.get("values")
+    if not isinstance(axes, list) or len(axes) != 2:
+        raise PerfParseError(f"{what}: expected two axes (latency, size)")
+    if not isinstance(values, list) or not values:
+        raise PerfParseError(f"{what}: no values matrix")
+    edges = _latency_edges(axes[0], len(values), what)
+    per_bucket = []
+    for i, row in enumerate(values):
+        if not isinstance(row, list):
+            raise PerfParseError(f"{what}: values row {i} is not a list")
+        per_bucket.append(sum(_int(v, f"{what}: values[{i}]") for v in row))
+    buckets: list[tuple[float, int]] = []
+    running = 0
+    for edge, n in zip(edges, per_bucket, strict=True):
+        running += n
+        # The underflow bucket (edge = min = 0 s) is merged into the first kept edge.
+        if edge == math.inf or (0 < edge <= MAX_EDGE_SECONDS):
+            buckets.append((edge, running))
+    return LatencyHistogram(tuple(buckets), running)
+
+
+def parse_op_histograms(dump: Any) -> dict[str, LatencyHistogram]:
+    """The read, write and readwrite latency histograms of a ``perf histogram dump``.
+
+    A missing histogram raises: every OSD since Luminous has all three.
+    """
+    osd = _section(dump, "osd", "perf histogram dump")
+    out = {}
+    for op, name in OP_HISTOGRAMS.items():
+        if name not in osd:
+            raise PerfParseError(f"perf histogram dump: osd.{name} missing")
+        out[op] = parse_latency_histogram(osd[name], name)
+    return out
+
+
+def _section(dump: Any, name: str, what: str) -> dict[str, Any]:
+    if not isinstance(dump, dict):
+        raise PerfParseError(f"{what}: not an object")
+    section = dump.get(name)
+    if not isinstance(section, dict):
+        raise PerfParseError(f"{what}: no {name!r} section")
+    return section
+
+
+# ----------------------------------------------------------------------------- perf dump
+
+
+@dataclass(frozen=True)
+class TimeAvg:
+    """A perf dump time average: ``avgcount`` events that took ``sum`` seconds in all."""
+
+    count: int
+    sum: float
+
+
+def _time_avg(section: Mapping[str, Any], name: str, what: str) -> TimeAvg | None:
+    value = section.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PerfParseError(f"{what}.{name}: expected {{avgcount, sum}}, got {value!r}")
+    return TimeAvg(
+        _int(value.get("avgcount"), f"{what}.{name}.avgcount"),
+        _num(value.get("sum"), f"{what}.{name}.sum"),
+    )
+
+
+# (section, counter) of the time averages exported as summaries (collectors/osd.py).
+TIME_AVGS: tuple[tuple[str, str], ...] = (
+    ("osd", "op_r_latency"),
+    ("osd", "op_w_latency"),
+    ("osd", "op_rw_latency"),
+    ("osd", "op_process_latency"),
+    ("osd", "op_prepare_latency"),
+    ("osd", "op_before_dequeue_op_lat"),
+    ("osd", "subop_w_latency"),
+    ("bluestore", "commit_lat"),
+    ("bluestore", "kv_sync_lat"),
+    ("bluestore", "kv_flush_lat"),
+    ("bluestore", "kv_commit_lat"),
+    ("bluestore", "read_lat"),
+    ("bluestore", "throttle_lat"),
+    ("rocksdb", "get_latency"),
+    ("rocksdb", "submit_latency"),
+    ("rocksdb", "submit_sync_latency"),
+)
+# (section, counter) of plain integers: counters and gauges.
+INTEGERS: tuple[tuple[str, str], ...] = (
+    ("osd", "op"),
+    ("osd", "op_r"),
+    ("osd", "op_w"),
+    ("osd", "op_rw"),
+    ("osd", "op_in_bytes"),
+    ("osd", "op_out_bytes"),
+    ("osd", "op_wip"),
+    ("osd", "numpg"),
+    ("rocksdb", "compact"),
+    ("rocksdb", "compact_range"),
+    ("rocksdb", "compact_queue_merge"),
+    ("rocksdb", "compact_queue_len"),
+)
+
+
+@dataclass(frozen=True)
+class PerfCounters:
+    """The counters of a ``perf dump`` the collector exports, keyed ``section.counter``.
+
+    A counter the OSD lacks (a memstore OSD has no bluestore or rocksdb section) is
+    absent from the dicts; ``sections`` lists the sections present.
+    """
+
+    avgs: dict[str, TimeAvg] = field(default_factory=dict)
+    integers: dict[str, int] = field(default_factory=dict)
+    sections: frozenset[str] = frozenset()
+
+
+def parse_perf_dump(dump: Any) -> PerfCounters:
+    """Select the exported counters from a ``perf dump`` (the ``osd`` section is required)."""
+    _section(dump, "osd", "perf dump")
+    avgs: dict[str, TimeAvg] = {}
+    integers: dict[str, int] = {}
+    for section, name in TIME_AVGS:
+        values = dump.get(section)
+        if isinstance(values, dict):
+            avg = _time_avg(values, name, section)
+            if avg is not None:
+                avgs[f"{section}.{name}"] = avg
+    for section, name in INTEGERS:
+        values = dump.get(section)
+        if isinstance(values, dict) and name in values:
+            integers[f"{section}.{name}"] = _int(values[name], f"{section}.{name}")
+    return PerfCounters(
+        avgs, integers, frozenset(k for k, v in dump.items() if isinstance(v, dict))
+    )
+
+
+# ----------------------------------------------------------------------------- ops in flight
+
+# The flag points an OSD op reports (OpRequest::state_string, ceph/ceph src/osd/OpRequest.h:
+# flag_queued_for_pg, flag_reached_pg, flag_delayed, flag_started, flag_sub_op_sent,
+# flag_commit_sent, and the default). Since Quincy a delayed op reports its event detail
+# ("waiting for readable", ...) instead of "delayed"; such free text is counted as
+# "other", which keeps the label set bounded whatever a daemon prints.
+FLAG_POINTS: tuple[str, ...] = (
+    "no flag points reached",
+    "queued for pg",
+    "reached pg",
+    "delayed",
+    "started",
+    "waiting for sub ops",
+    "commit sent; apply or cleanup",
+)
+OTHER_FLAG_POINT = "other"
+
+
+@dataclass(frozen=True)
+class OpsInFlight:
+    """``dump_ops_in_flight``: how many ops, how old, and where they wait.
+
+    ``slow`` counts ops older than the OSD's ``osd_op_complaint_time`` (what Ceph calls
+    slow ops); ``by_flag_point`` uses the bounded :data:`FLAG_POINTS` plus "other".
+    """
+
+    num_ops: int
+    oldest_age: float
+    slow: int
+    by_flag_point: dict[str, int]
+
+
+def parse_ops_in_flight(payload: Any, complaint_time: float) -> OpsInFlight:
+    """Summarise ``dump_ops_in_flight``; ``complaint_time`` in seconds."""
+    if not isinstance(payload, dict):
+        raise PerfParseError("dump_ops_in_flight: not an object")
+    ops = payload.get("ops")
+    if not isinstance(ops, list):
+        raise PerfParseError("dump_ops_in_flight: no ops list")
+    num = payload.get("num_ops", len(ops))
+    num_ops = _int(num, "dump_ops_in_flight.num_ops")
+    oldest = 0.0
+    slow = 0
+    by_flag: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if not isinstance(op, dict):
+            raise PerfParseError(f"dump_ops_in_flight: op {i} is not an object")
+        age = _num(op.get("age"), f"dump_ops_in_flight: op {i} age")
+        oldest = max(oldest, age)
+        if age > complaint_time:
+            slow += 1
+        type_data = op.get("type_data")
+        flag = type_data.get("flag_point") if isinstance(type_data, dict) else None
+        key = flag if flag in FLAG_POINTS else OTHER_FLAG_POINT
+        by_flag[key] = by_flag.get(key, 0) + 1
+    return OpsInFlight(num_ops, oldest, slow, by_flag)
+
+
+# ----------------------------------------------------------------------------- config
+
+# "<log>/<gather>" or a single "<level>" (both levels). common/config.cc parses
+# debug_<subsys> this way (md_config_t::_set_val -> the subsystem map); a single number
+# sets both. The gather level decides which messages are formatted into the in-memory
+# ring (dout's should_gather() tests against max(log, gather), log/SubsystemMap.h), so it
+# is what costs CPU on the I/O path even when nothing reaches the log file.
+_DEBUG_LEVEL = re.compile(r"^\s*(\d{1,3})\s*(?:/\s*(\d{1,3})\s*)?$")
+# debug_* options of config show that are not subsystem levels yet may hold a number
+# (src/common/options: a test knob). Booleans (debug_asok_assert_abort, ...) never parse.
+_DEBUG_NOT_LEVELS = frozenset({"debug_heartbeat_testing_span"})
+
+# Numeric options exported as cephnode_osd_config_value{option}. The OSD uses
+# osd_op_num_shards / osd_op_num_threads_per_shard when non-zero, else the _hdd or _ssd
+# variant chosen by whether its data device is rotational (OSD::get_num_op_shards and
+# get_num_op_threads, src/osd/OSD.cc).
+CONFIG_OPTIONS: tuple[str, ...] = (
+    "osd_op_num_shards",
+    "osd_op_num_shards_hdd",
+    "osd_op_num_shards_ssd",
+    "osd_op_num_threads_per_shard",
+    "osd_op_num_threads_per_shard_hdd",
+    "osd_op_num_threads_per_shard_ssd",
+    "osd_memory_target",
+    "osd_op_complaint_time",
+)
+# osd_op_complaint_time's default (src/common/options/global.yaml.in, "30"), used only
+# when config show lacks it.
+DEFAULT_COMPLAINT_TIME = 30.0
+
+
+@dataclass(frozen=True)
+class DebugLevel:
+    log: int
+    gather: int
+
+
+@dataclass(frozen=True)
+class OSDConfig:
+    """What ``config show`` tells about tuning: debug levels, shard options, objectstore."""
+
+    debug: dict[str, DebugLevel]  # subsystem (without debug_) -> levels, all subsystems
+    options: dict[str, float]  # CONFIG_OPTIONS present and numeric
+    objectstore: str
+    complaint_time: float
+
+
+def parse_debug_level(text: str) -> DebugLevel | None:
+    """``"1/5"`` -> log 1, gather 5; ``"0"`` -> 0/0; None when not a level."""
+    m = _DEBUG_LEVEL.match(text)
+    if m is None:
+        return None
+    log = int(m[1])
+    return DebugLevel(log, int(m[2]) if m[2] is not None else log)
+
+
+def parse_config(config: Any) -> OSDConfig:
+    """Select the tuning facts from a ``config show`` (all values are strings)."""
+    if not isinstance(config, dict):
+        raise PerfParseError("config show: not an object")
+    debug: dict[str, DebugLevel] = {}
+    for key, value in config.items():
+        if not key.startswith("debug_") or not isinstance(value, str):
+            continue
+        if key in _DEBUG_NOT_LEVELS:
+            continue
+        level = parse_debug_level(value)
+        if level is not None:
+            debug[key[len("debug_") :]] = level
+    options: dict[str, float] = {}
+    for name in CONFIG_OPTIONS:
+        try:
+            number = float(config[name])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            options[name] = number
+    objectstore = config.get("osd_objectstore")
+    return OSDConfig(
+        debug=debug,
+        options=options,
+        objectstore=objectstore if isinstance(objectstore, str) else "",
+        complaint_time=options.get("osd_op_complaint_time", DEFAULT_COMPLAINT_TIME),
+    )
+
+
+def parse_version(payload: Any) -> str:
+    """``{"version": "16.2.15", ...}`` -> ``"16.2.15"``."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("version"), str):
+        raise PerfParseError("version: no version string")
+    return payload["version"]

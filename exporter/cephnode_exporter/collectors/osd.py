@@ -1,0 +1,527 @@
+"""Collector ``osd``: what every OSD on this node experiences, from its admin socket.
+
+Ceph's own ceph-exporter exports no histograms, no RocksDB or sub-op counters and
+nothing about the host; this collector exports the op latency as real Prometheus
+histograms (so ``histogram_quantile`` gives a true p99 per OSD, host or fleet), the
+BlueStore/RocksDB stage latencies, the ops in flight and the configuration that detunes
+an OSD, all labelled ``ceph_daemon="osd.N"`` so they join with the host facts.
+
+Why this shape:
+
+- Sockets are discovered on every scrape (one ``scandir``): OSDs come, go and restart.
+- All OSDs are queried in parallel on a persistent, bounded :class:`QueryPool` within one
+  budget (``--collector.osd.timeout``, kept below ``--collector.timeout``), so a stopped
+  OSD (which accepts connections and never answers) costs the scrape at most the budget
+  and is reported as itself: ``cephnode_osd_scrape_success{ceph_daemon} 0``.
+- A failing OSD is logged when its failure starts or changes and when it recovers, not on
+  every scrape (like the scraper's own collector log).
+- A node without OSDs (no socket directory, or no OSD sockets) is a success with no OSD
+  series: the collector is on by default and the exporter also runs on other nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+
+from cephnode_exporter.ceph import perf
+from cephnode_exporter.ceph.asok import AdminSocket, QueryPool
+from cephnode_exporter.ceph.discovery import (
+    DEFAULT_SOCKET_DIR,
+    DiscoveryError,
+    OSDSocket,
+    discover_osd_sockets,
+)
+from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.logs import kv
+
+log = logging.getLogger(__name__)
+
+# Seconds all OSDs together may take. Healthy OSDs answer the five commands in about
+# 5 ms (docs/ceph.md); the budget only matters for a stopped or overloaded OSD.
+DEFAULT_TIMEOUT = 2.0
+# Share of --collector.timeout the OSD queries may use, leaving time to parse and
+# build metrics before the scraper abandons the collector.
+TIMEOUT_SHARE = 0.8
+
+# (perf dump section.counter, metric name suffix, help) of the time averages exported as
+# summaries with only _sum and _count (a Prometheus summary without quantiles: the mean
+# is rate(_sum) / rate(_count)). The op_r/op_w/op_rw averages give the histograms' _sum.
+SUMMARIES: tuple[tuple[str, str, str], ...] = (
+    (
+        "osd.op_process_latency",
+        "op_process_latency_seconds",
+        "Client op latency from dequeue to completion (op_process_latency).",
+    ),
+    (
+        "osd.op_prepare_latency",
+        "op_prepare_latency_seconds",
+        "Client op latency from receipt to start of processing (op_prepare_latency).",
+    ),
+    (
+        "osd.op_before_dequeue_op_lat",
+        "op_queue_wait_seconds",
+        "Time client ops waited in the op queue before a shard thread took them "
+        "(op_before_dequeue_op_lat).",
+    ),
+    (
+        "osd.subop_w_latency",
+        "subop_write_latency_seconds",
+        "Replica write (sub-op) latency on this OSD as a replica (subop_w_latency).",
+    ),
+    ("bluestore.commit_lat", "bluestore_commit_latency_seconds", "BlueStore commit latency."),
+    (
+        "bluestore.kv_sync_lat",
+        "bluestore_kv_sync_latency_seconds",
+        "BlueStore kv_sync thread: flush plus commit of one batch (kv_sync_lat).",
+    ),
+    (
+        "bluestore.kv_flush_lat",
+        "bluestore_kv_flush_latency_seconds",
+        "BlueStore device flush before a kv commit (kv_flush_lat).",
+    ),
+    (
+        "bluestore.kv_commit_lat",
+        "bluestore_kv_commit_latency_seconds",
+        "BlueStore RocksDB commit of one batch (kv_commit_lat).",
+    ),
+    ("bluestore.read_lat", "bluestore_read_latency_seconds", "BlueStore read latency."),
+    (
+        "bluestore.throttle_lat",
+        "bluestore_throttle_latency_seconds",
+        "Time transactions waited on BlueStore's submission throttle (throttle_lat).",
+    ),
+    ("rocksdb.get_latency", "rocksdb_get_latency_seconds", "RocksDB get latency."),
+    (
+        "rocksdb.submit_latency",
+        "rocksdb_submit_latency_seconds",
+        "RocksDB asynchronous transaction submit latency.",
+    ),
+    (
+        "rocksdb.submit_sync_latency",
+        "rocksdb_submit_sync_latency_seconds",
+        "RocksDB synchronous (WAL-synced) transaction submit latency.",
+    ),
+)
+# (perf dump section.counter, metric name suffix without _total, help)
+COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("osd.op", "ops", "Client ops the OSD handled as primary (op)."),
+    ("osd.op_in_bytes", "op_in_bytes", "Bytes clients wrote to the OSD (op_in_bytes)."),
+    ("osd.op_out_bytes", "op_out_bytes", "Bytes clients read from the OSD (op_out_bytes)."),
+    (
+        "rocksdb.compact",
+        "rocksdb_compact",
+        "Full RocksDB compactions Ceph requested (compact); RocksDB's own background "
+        "compactions are not counted here.",
+    ),
+    (
+        "rocksdb.compact_range",
+        "rocksdb_compact_range",
+        "RocksDB range compactions Ceph requested (compact_range).",
+    ),
+    (
+        "rocksdb.compact_queue_merge",
+        "rocksdb_compact_queue_merge",
+        "Queued compaction ranges merged with a neighbour (compact_queue_merge).",
+    ),
+)
+# (perf dump section.counter, metric name suffix, help)
+GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("osd.numpg", "pgs", "Placement groups on the OSD, primary or replica (numpg)."),
+    ("osd.op_wip", "ops_in_progress", "Replication ops currently being processed (op_wip)."),
+    (
+        "rocksdb.compact_queue_len",
+        "rocksdb_compact_queue_length",
+        "RocksDB compaction ranges waiting (compact_queue_len).",
+    ),
+)
+OP_TYPES = {"read": "osd.op_r", "write": "osd.op_w", "readwrite": "osd.op_rw"}
+
+
+@dataclass
+class OSDFacts:
+    """One OSD in one scrape: what it answered, or why it did not."""
+
+    socket: OSDSocket
+    seconds: float
+    error: str | None = None
+    reason: str | None = None
+    histograms: dict[str, perf.LatencyHistogram] = field(default_factory=dict)
+    counters: perf.PerfCounters | None = None
+    ops: perf.OpsInFlight | None = None
+    config: perf.OSDConfig | None = None
+    version: str | None = None
+
+    @property
+    def ceph_daemon(self) -> str:
+        return self.socket.ceph_daemon
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class OSDCollectorFacts:
+    socket_dir: str
+    osds: list[OSDFacts]
+    errors: ReadErrors
+
+
+@dataclass
+class _Replies:
+    """The raw JSON replies of one OSD, gathered within the deadline."""
+
+    histograms: Any = None
+    perf: Any = None
+    ops: Any = None
+    config: Any = None
+    version: Any = None
+
+
+def _query(sock: AdminSocket, deadline: float) -> _Replies:
+    # perf histogram dump just before perf dump: the histogram's _count and perf
+    # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
+    r = _Replies()
+    r.histograms = sock.command("perf histogram dump", logger="osd", deadline=deadline)
+    r.perf = sock.command("perf dump", deadline=deadline)
+    r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
+    r.config = sock.command("config show", deadline=deadline)
+    r.version = sock.command("version", deadline=deadline)
+    return r
+
+
+def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
+    """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`."""
+    facts.config = perf.parse_config(replies.config)
+    facts.histograms = perf.parse_op_histograms(replies.histograms)
+    facts.counters = perf.parse_perf_dump(replies.perf)
+    facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
+    facts.version = perf.parse_version(replies.version)
+
+
+def _shape(error: str | None) -> str | None:
+    """An error without its numbers, so "after 1.95 s" repeats as the same error."""
+    return None if error is None else re.sub(r"[0-9.]+", "#", error)
+
+
+@register
+class OSDCollector(Collector):
+    name = "osd"
+    help = (
+        "Ceph OSDs of this node via their admin sockets: op latency histograms, "
+        "BlueStore/RocksDB latencies, ops in flight, debug levels"
+    )
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        opts = ctx.options
+        self._socket_dir = str(getattr(opts, "ceph_socket_dir", DEFAULT_SOCKET_DIR))
+        limit = float(getattr(opts, "collector_timeout", 5.0)) * TIMEOUT_SHARE
+        self._timeout = min(float(getattr(opts, "collector_osd_timeout", DEFAULT_TIMEOUT)), limit)
+        self._pool: QueryPool | None = None
+        self._last_error: dict[str, str | None] = {}
+        # Per-subsystem debug series: the profile's list by default (Pacific leaves 62 of 64
+        # subsystems at non-zero defaults such as 1/5: all of them would be ~60 series per
+        # OSD of noise); every non-zero one with --collector.osd.all-debug-levels.
+        self._debug_subsystems: frozenset[str] | None = None
+        if not getattr(opts, "collector_osd_all_debug_levels", False):
+            self._debug_subsystems = _profile_subsystems(ctx)
+        self._dir_missing_logged = False
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--ceph.socket-dir",
+            dest="ceph_socket_dir",
+            default=DEFAULT_SOCKET_DIR,
+            metavar="PATH",
+            help="directory of the Ceph admin sockets, package (<cluster>-osd.<id>.asok) "
+            "or cephadm (<fsid>/ceph-osd.<id>.asok) layout (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.osd.timeout",
+            dest="collector_osd_timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT,
+            metavar="SECONDS",
+            help="time all OSDs together may take to answer; an OSD that does not answer "
+            f"in time reports scrape_success 0 (capped at {TIMEOUT_SHARE:g} x "
+            "--collector.timeout; default: %(default)s)",
+        )
+
+        parser.add_argument(
+            "--collector.osd.all-debug-levels",
+            dest="collector_osd_all_debug_levels",
+            action="store_true",
+            help="export every non-zero debug subsystem, not only the profile's "
+            "osd.debug_levels list (about 60 more series per OSD at Ceph's defaults)",
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def read(self) -> OSDCollectorFacts:
+        errors = ReadErrors()
+        try:
+            sockets = discover_osd_sockets(self._socket_dir, errors)
+        except DiscoveryError as exc:
+            if "no such directory" not in str(exc):
+                raise
+            # No Ceph on this node (or not yet): a success with no OSD series.
+            if not self._dir_missing_logged:
+                log.info("no Ceph socket directory", extra=kv(path=self._socket_dir))
+                self._dir_missing_logged = True
+            sockets = []
+        else:
+            self._dir_missing_logged = False
+        if not sockets:
+            self._forget(set())
+            return OSDCollectorFacts(self._socket_dir, [], errors)
+        if self._pool is None:
+            self._pool = QueryPool()
+        # Keyed by path: two clusters on one node may both have an osd.0.
+        tasks = {}
+        for s in sockets:
+            sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
+            tasks[s.path] = _task(sock)
+        results = self._pool.run(tasks, self._timeout)
+        osds = []
+        for s in sockets:
+            result = results[s.path]
+            facts = OSDFacts(s, result.seconds)
+            if result.error is not None:
+                facts.error = str(result.error)
+                facts.reason = getattr(result.error, "reason", type(result.error).__name__)
+            else:
+                try:
+                    parse_replies(facts, result.value)
+                except perf.PerfParseError as exc:
+                    facts.error = f"{s.path}: {exc}"
+                    facts.reason = "parse"
+            self._note(facts)
+            osds.append(facts)
+        self._forget({s.path for s in sockets})
+        return OSDCollectorFacts(self._socket_dir, osds, errors)
+
+    def _note(self, facts: OSDFacts) -> None:
+        """Log an OSD's failure when it starts or changes, and its recovery."""
+        path = facts.socket.path
+        previous = self._last_error.get(path)
+        self._last_error[path] = facts.error
+        if facts.error is not None and _shape(facts.error) != _shape(previous):
+            log.warning(
+                "OSD admin socket query failed",
+                extra=kv(ceph_daemon=facts.ceph_daemon, reason=facts.reason, err=facts.error),
+            )
+        elif facts.error is None and previous is not None:
+            log.info("OSD answers again", extra=kv(ceph_daemon=facts.ceph_daemon))
+
+    def _forget(self, present: set[str]) -> None:
+        for path in set(self._last_error) - present:
+            del self._last_error[path]
+
+    def read_errors(self, facts: OSDCollectorFacts) -> int:
+        """Unreadable cephadm directories and OSDs that did not answer."""
+        return len(facts.errors) + sum(1 for o in facts.osds if not o.ok)
+
+    def first_errors(self, facts: OSDCollectorFacts, limit: int = 3) -> list[str]:
+        items = list(facts.errors.items) + [o.error for o in facts.osds if o.error]
+        return items[:limit]
+
+    def metrics(self, facts: OSDCollectorFacts) -> Iterable[Metric]:
+        return build_metrics(facts.osds, self._debug_subsystems)
+
+
+def _task(sock: AdminSocket) -> Any:
+    return lambda deadline: _query(sock, deadline)
+
+
+def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:
+    return kind(metric_name("osd", suffix), doc, labels=["ceph_daemon", *labels])
+
+
+def _profile_subsystems(ctx: CollectorContext) -> frozenset[str]:
+    """The debug subsystems the profile judges (empty without a profile)."""
+    if ctx.profile is None:
+        return frozenset()
+    settings = ctx.profile.checks.get("osd.debug_levels")
+    if settings is None:
+        return frozenset()
+    return frozenset(str(s) for s in settings.params.get("subsystems", ()))
+
+
+def build_metrics(
+    osds: list[OSDFacts], debug_subsystems: frozenset[str] | None = None
+) -> list[Metric]:
+    """Metric families for the OSDs; ``debug_subsystems`` None exports every non-zero one."""
+    """Metric families of one scrape's OSD facts (pure)."""
+    success = _family(
+        GaugeMetricFamily,
+        "scrape_success",
+        "1 when the OSD answered every admin socket command in this scrape and the "
+        "replies parsed, 0 otherwise (the log says why).",
+        [],
+    )
+    duration = _family(
+        GaugeMetricFamily,
+        "scrape_duration_seconds",
+        "Time the OSD's admin socket queries took in this scrape (the budget when it "
+        "did not answer).",
+        [],
+    )
+    info = _family(
+        GaugeMetricFamily,
+        "info",
+        "The OSD's Ceph version and object store (from version and config show).",
+        ["version", "objectstore"],
+    )
+    hist = _family(
+        HistogramMetricFamily,
+        "op_latency_seconds",
+        "Client op latency on the OSD as primary, from perf histogram dump (size axis "
+        "collapsed; _sum from perf dump's op_<type>_latency).",
+        ["op"],
+    )
+    summaries = [
+        (key, _family(SummaryMetricFamily, suffix, doc, [])) for key, suffix, doc in SUMMARIES
+    ]
+    counters = [
+        (key, _family(CounterMetricFamily, suffix, doc, [])) for key, suffix, doc in COUNTERS
+    ]
+    by_type = _family(
+        CounterMetricFamily,
+        "ops_by_type",
+        "Client ops completed by type (op_r, op_w, op_rw).",
+        ["op"],
+    )
+    gauges = [(key, _family(GaugeMetricFamily, suffix, doc, [])) for key, suffix, doc in GAUGES]
+    in_flight = _family(
+        GaugeMetricFamily, "ops_in_flight", "Ops in flight (dump_ops_in_flight num_ops).", []
+    )
+    slow = _family(
+        GaugeMetricFamily,
+        "slow_ops",
+        "Ops in flight older than the OSD's osd_op_complaint_time (Ceph's slow ops).",
+        [],
+    )
+    oldest = _family(
+        GaugeMetricFamily,
+        "oldest_op_age_seconds",
+        "Age of the oldest op in flight (0 when none).",
+        [],
+    )
+    by_flag = _family(
+        GaugeMetricFamily,
+        "ops_in_flight_by_flag_point",
+        "Ops in flight by the last flag point they reached (a fixed set plus 'other'; "
+        "only flag points with ops are exported).",
+        ["flag_point"],
+    )
+    debug_info = _family(
+        GaugeMetricFamily,
+        "debug_level_info",
+        "A debug subsystem of the profile's osd.debug_levels list (every one with "
+        "--collector.osd.all-debug-levels) whose log or gather (in-memory) level is not 0.",
+        ["subsystem", "log_level", "gather_level"],
+    )
+    debug_count = _family(
+        GaugeMetricFamily,
+        "debug_nonzero_subsystems",
+        "Debug subsystems with a log or gather level above 0.",
+        [],
+    )
+    config = _family(
+        GaugeMetricFamily,
+        "config_value",
+        "Numeric OSD options that shape its performance (op shards, threads per shard, "
+        "memory target, complaint time), from config show.",
+        ["option"],
+    )
+
+    for o in osds:
+        d = o.ceph_daemon
+        success.add_metric([d], 1.0 if o.ok else 0.0)
+        duration.add_metric([d], o.seconds)
+        if not o.ok:
+            continue
+        assert o.counters is not None and o.ops is not None and o.config is not None
+        info.add_metric([d, o.version or "", o.config.objectstore], 1.0)
+        for op, h in o.histograms.items():
+            avg = o.counters.avgs.get(f"osd.{perf.OP_LATENCY_AVGS[op]}")
+            if avg is None:
+                continue  # a _sum is mandatory; no OSD lacks these counters
+            buckets = [(_le(edge), float(n)) for edge, n in h.buckets]
+            hist.add_metric([d, op], buckets, avg.sum)
+        for key, family in summaries:
+            avg = o.counters.avgs.get(key)
+            if avg is not None:
+                family.add_metric([d], avg.count, avg.sum)
+        for key, family in counters:
+            n = o.counters.integers.get(key)
+            if n is not None:
+                family.add_metric([d], float(n))
+        for op, key in OP_TYPES.items():
+            n = o.counters.integers.get(key)
+            if n is not None:
+                by_type.add_metric([d, op], float(n))
+        for key, family in gauges:
+            n = o.counters.integers.get(key)
+            if n is not None:
+                family.add_metric([d], float(n))
+        in_flight.add_metric([d], float(o.ops.num_ops))
+        slow.add_metric([d], float(o.ops.slow))
+        oldest.add_metric([d], o.ops.oldest_age)
+        for flag in (*perf.FLAG_POINTS, perf.OTHER_FLAG_POINT):
+            n = o.ops.by_flag_point.get(flag, 0)
+            if n:
+                by_flag.add_metric([d, flag], float(n))
+        nonzero = 0
+        for sub, level in sorted(o.config.debug.items()):
+            if level.log or level.gather:
+                nonzero += 1
+                if debug_subsystems is None or sub in debug_subsystems:
+                    debug_info.add_metric([d, sub, str(level.log), str(level.gather)], 1.0)
+        debug_count.add_metric([d], float(nonzero))
+        for option in perf.CONFIG_OPTIONS:
+            value = o.config.options.get(option)
+            if value is not None:
+                config.add_metric([d, option], value)
+
+    return [
+        success,
+        duration,
+        info,
+        hist,
+        *(f for _, f in summaries),
+        *(f for _, f in counters),
+        by_type,
+        *(f for _, f in gauges),
+        in_flight,
+        slow,
+        oldest,
+        by_flag,
+        debug_info,
+        debug_count,
+        config,
+    ]
+
+
+def _le(edge: float) -> str:
+    """Prometheus ``le`` text: "+Inf" or the shortest repr (0.0001, 0.0002, ... 13.1072)."""
+    return "+Inf" if edge == float("inf") else repr(edge)

@@ -1,0 +1,170 @@
+"""The osd collector against a real Ceph cluster (tests/cephcluster.py, Debian's Pacific).
+
+Write load grows the histograms, which agree with perf dump; BlueStore and RocksDB
+series exist for the BlueStore OSD only; a stopped replica under write load is reported
+as itself within the budget while the primary's stuck ops show; a restarted OSD is found
+again. Shares the session's cluster with tests/test_cephcluster.py.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+from cephnode_exporter.ceph.asok import AdminSocket
+from cephnode_exporter.scrape import Collection
+
+from tests.cephcluster import CephCluster, shared_cluster
+from tests.conftest import Tree, collect, value
+from tests.test_osd import ONLY_OSD
+
+
+@pytest.fixture(scope="session")
+def osd_cluster(request: pytest.FixtureRequest) -> CephCluster:
+    return shared_cluster(request.config)
+
+
+def scrape(cluster: CephCluster, tree: Tree, *extra: str) -> tuple[Collection, float]:
+    start = time.monotonic()
+    c = collect([*tree.flags, f"--ceph.socket-dir={cluster.socket_dir}", *ONLY_OSD, *extra])
+    return c, time.monotonic() - start
+
+
+def buckets(c: Collection, daemon: str, op: str) -> list[tuple[float, float]]:
+    out = []
+    for family in c.families():
+        if family.name != "cephnode_osd_op_latency_seconds":
+            continue
+        for s in family.samples:
+            labels = s.labels
+            if s.name.endswith("_bucket") and (labels["ceph_daemon"], labels["op"]) == (daemon, op):
+                out.append((float(labels["le"]), s.value))
+    return sorted(out)
+
+
+def op_w(cluster: CephCluster, osd_id: int) -> dict[str, Any]:
+    return AdminSocket(cluster.asok(f"osd.{osd_id}")).command("perf dump", logger="osd")["osd"][
+        "op_w_latency"
+    ]
+
+
+def test_histograms_grow_under_load_and_agree_with_perf_dump(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    tree = node_trees["epyc9454p-tuned"]
+    osd_cluster.create_pool("osdhist", size=1, pg_num=32)
+    before, _ = scrape(osd_cluster, tree)
+    osd_cluster.rados_bench("osdhist", 3, mode="write", block=65536)
+    for osd_id in osd_cluster.osds:
+        d = f"osd.{osd_id}"
+        # Two commands are not atomic: bracket the scrape between two perf dumps and
+        # retry until nothing completed meanwhile (the mgr writes now and then).
+        for _ in range(20):
+            first = op_w(osd_cluster, osd_id)
+            after, took = scrape(osd_cluster, tree)
+            if op_w(osd_cluster, osd_id) == first:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"{d}: op_w_latency never stable")
+        count = value(after, "cephnode_osd_op_latency_seconds_count", ceph_daemon=d, op="write")
+        total = value(after, "cephnode_osd_op_latency_seconds_sum", ceph_daemon=d, op="write")
+        old = value(before, "cephnode_osd_op_latency_seconds_count", ceph_daemon=d, op="write")
+        assert count is not None and total is not None and old is not None
+        assert count > old, d
+        assert count == first["avgcount"], d
+        assert total == pytest.approx(first["sum"]), d
+        # Seconds, not micro- or nanoseconds: the mean lies between the bucket edges
+        # of the ops (lower edge of each op's bucket <= its latency < upper edge).
+        bs = buckets(after, d, "write")
+        assert bs[-1] == (math.inf, count)
+        low = high = 0.0
+        prev_edge, prev_n = 0.0, 0.0
+        for edge, n in bs:
+            if n > prev_n:
+                low += (n - prev_n) * prev_edge
+                high += (n - prev_n) * edge
+            prev_edge, prev_n = edge, n
+        assert low <= total <= high, (d, low, total, high)
+        assert took < 2.0
+        store = value(after, "cephnode_osd_bluestore_commit_latency_seconds_count", ceph_daemon=d)
+        rocks = value(after, "cephnode_osd_rocksdb_submit_latency_seconds_count", ceph_daemon=d)
+        objectstore = "bluestore" if osd_id in osd_cluster.bluestore_ids else "memstore"
+        assert value(after, "cephnode_osd_info", ceph_daemon=d, version="16.2.15",
+                     objectstore=objectstore) == 1  # fmt: skip
+        if osd_id in osd_cluster.bluestore_ids:
+            assert store and store > 0 and rocks and rocks > 0, d
+        else:
+            assert store is None and rocks is None, d
+
+
+def test_stopped_replica_under_write_load(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    tree = node_trees["epyc9454p-tuned"]
+    osd_cluster.ceph("config", "set", "osd", "osd_op_complaint_time", "2")
+    try:
+        pool_id = osd_cluster.create_pool("osdstall", size=2, pg_num=16)
+        pgs = osd_cluster.pgs(pool_id)
+        # A memstore replica of some PG whose primary is another OSD.
+        victim, primary = next(
+            (p["acting"][1], p["acting_primary"])
+            for p in pgs
+            if len(p["acting"]) == 2 and p["acting"][1] in osd_cluster.memstore_ids
+        )
+        bench = osd_cluster.bench_background("osdstall", 20, mode="write", block=4096)
+        try:
+            time.sleep(1.5)
+            with osd_cluster.stopped(victim):
+                time.sleep(3.5)
+                c, took = scrape(osd_cluster, tree, "--collector.osd.timeout=1.0")
+            assert took < 1.0 + 0.8, took
+            assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1
+            for osd_id in osd_cluster.osds:
+                expected = 0 if osd_id == victim else 1
+                got = value(c, "cephnode_osd_scrape_success", ceph_daemon=f"osd.{osd_id}")
+                assert got == expected, (osd_id, victim)
+            p = f"osd.{primary}"
+            waiting = value(c, "cephnode_osd_ops_in_flight_by_flag_point", ceph_daemon=p,
+                            flag_point="waiting for sub ops")  # fmt: skip
+            assert waiting and waiting > 0, (p, victim)
+            assert (value(c, "cephnode_osd_slow_ops", ceph_daemon=p) or 0) > 0
+            assert (value(c, "cephnode_osd_oldest_op_age_seconds", ceph_daemon=p) or 0) > 2
+            assert value(c, "cephnode_osd_config_value", ceph_daemon=p,
+                         option="osd_op_complaint_time") == 2  # fmt: skip
+        finally:
+            bench.kill()
+            bench.wait()
+        # After SIGCONT the OSD first serves the connections abandoned meanwhile.
+        deadline = time.monotonic() + 20
+        while True:
+            c, _ = scrape(osd_cluster, tree)
+            ok = [
+                value(c, "cephnode_osd_scrape_success", ceph_daemon=f"osd.{i}")
+                for i in osd_cluster.osds
+            ]
+            stuck = value(c, "cephnode_osd_ops_in_flight", ceph_daemon=f"osd.{primary}")
+            if all(v == 1 for v in ok) and stuck == 0:
+                break
+            assert time.monotonic() < deadline, (ok, stuck)
+            time.sleep(0.5)
+    finally:
+        osd_cluster.ceph("config", "rm", "osd", "osd_op_complaint_time")
+
+
+def test_restarted_osd_is_rediscovered(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    tree = node_trees["epyc9454p-tuned"]
+    osd_id = osd_cluster.memstore_ids[-1]
+    d = f"osd.{osd_id}"
+    before, _ = scrape(osd_cluster, tree)
+    assert value(before, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+    osd_cluster.restart_osd(osd_id)
+    after, _ = scrape(osd_cluster, tree)
+    assert value(after, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+    ops_before = value(before, "cephnode_osd_ops_total", ceph_daemon=d) or 0
+    ops_after = value(after, "cephnode_osd_ops_total", ceph_daemon=d)
+    assert ops_after is not None and ops_after <= ops_before  # counters restarted
