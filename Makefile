@@ -32,8 +32,10 @@ test: venv deps
 	$(PY) -m ruff format --check exporter tests
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
+# KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
 bench: venv deps
 	$(PY) tests/bench/bench.py $(ARGS)
+	$(PY) tests/bench/bench_kprofile.py $(KPROFILE_ARGS)
 
 lint: venv
 	$(PY) -m ruff check exporter tests

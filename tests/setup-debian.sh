@@ -11,6 +11,7 @@ declare -A PROVIDES=(
   [openssl]=/usr/bin/openssl
   [shellcheck]=/usr/bin/shellcheck
   [iproute2]=/usr/sbin/ip
+  [linux-perf]=/usr/bin/perf
   [ethtool]=/usr/sbin/ethtool
   [ceph-mon]=/usr/bin/ceph-mon
   [ceph-mgr]=/usr/bin/ceph-mgr

@@ -8,6 +8,8 @@ from cephnode_exporter.scrape import Collection
 
 from tests.conftest import REPO, MakeTree, Tree, collect
 from tests.fixtures.sysfsgen import load_node
+from tests.test_kprofile import kprofile_collection
+from tests.test_osd import osd_collection
 
 ROW = re.compile(r"^\| `(cephnode_[a-z0-9_]+)` \| (\w+) \|([^|]*)\|", re.M)
 
@@ -31,7 +33,8 @@ def exported(collections: list[Collection]) -> dict[str, tuple[str, list[set[str
             name = family.name + ("_total" if family.type == "counter" else "")
             kind, labelsets = out.setdefault(name, (family.type, []))
             assert kind == family.type
-            labelsets.extend(set(s.labels) for s in family.samples)
+            # A histogram's `le` is the bucket, not a label of the metric.
+            labelsets.extend(set(s.labels) - {"le"} for s in family.samples)
     return out
 
 
@@ -49,6 +52,12 @@ def every_metric(make_tree: MakeTree) -> list[Collection]:
     (dev / "cpu_dma_latency").write_bytes((2_000_000_000).to_bytes(4, "little"))
     collections = [collect(t.flags) for t in trees]
     collections.append(collect([*trees[0].flags, "--collector.cpuidle.per-cpu"]))
+    collections.append(collect([*trees[1].flags, "--collector.nvme.temperature"]))
+    # kprofile is off by default and reports only after a sampling window: a fake perf
+    # replays the constructed reference profile (tests/test_kprofile.py).
+    collections.append(kprofile_collection(trees[0], trees[0].root))
+    # The recorded OSDs (memstore and BlueStore, ops in flight) behind fake admin sockets.
+    collections.append(osd_collection(trees[0]))
     return collections
 
 

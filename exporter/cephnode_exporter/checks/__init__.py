@@ -173,6 +173,6 @@ def concrete(specs: Mapping[str, CheckSpec]) -> dict[str, CheckSpec]:
 
 def load_all() -> dict[str, CheckSpec]:
     """Import the check modules (registration happens on import)."""
-    from cephnode_exporter.checks import cpu, kernel  # noqa: F401
+    from cephnode_exporter.checks import cpu, iommu, kernel, kprofile, net, nvme, osd  # noqa: F401
 
     return CHECKS
