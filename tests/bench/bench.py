@@ -42,12 +42,43 @@ class Result:
     rss_mb: float
     series: int
     errors: int
+    # Series of one simulated OSD (ceph_daemon="osd.0"), when OSDs are replayed.
+    per_osd: int | None = None
 
     def row(self) -> str:
         return (
             f"| {self.name} | {self.p50_ms:.1f} | {self.p95_ms:.1f} | "
             f"{self.cpu_ms_per_scrape:.1f} | {self.rss_mb:.1f} | {self.series} | {self.errors} |"
         )
+
+
+class ReplayedOSDs:
+    """``count`` OSD admin sockets replaying the recorded BlueStore OSD, one process each
+    (tests/bench/osd_replay.py), in a directory short enough for sun_path."""
+
+    def __init__(self, count: int, *flags: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-osd-", dir="/tmp"))
+        self.procs: list[subprocess.Popen] = []
+        script = str(Path(__file__).with_name("osd_replay.py"))
+        try:
+            for i in range(count):
+                sock = self.dir / f"ceph-osd.{i}.asok"
+                cmd = [sys.executable, script, f"--socket={sock}", *flags]
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+                self.procs.append(proc)
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"replay server for osd.{i} did not start")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -105,6 +136,7 @@ def measure(name: str, cmd: list[str], port: int, scrapes: int, error_metric: st
     lines = body.decode().splitlines()
     series = [line for line in lines if line and not line.startswith("#")]
     errors = sum(1 for line in series if line.startswith(error_metric) and line.endswith(" 0"))
+    per_osd = sum(1 for line in series if 'ceph_daemon="osd.0"' in line)
     latencies.sort()
     return Result(
         name,
@@ -114,6 +146,7 @@ def measure(name: str, cmd: list[str], port: int, scrapes: int, error_metric: st
         rss_mb=rss,
         series=len(series),
         errors=errors,
+        per_osd=per_osd or None,
     )
 
 
@@ -122,6 +155,7 @@ def main() -> int:
     parser.add_argument("--scrapes", type=int, default=300)
     parser.add_argument("--node", default="epyc9454p-detuned")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    parser.add_argument("--osds", type=int, default=10, help="replayed OSD sockets (0: none)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cephnode-bench-"))
@@ -130,22 +164,55 @@ def main() -> int:
         paths = [f"--path.sysfs={tmp / 'sys'}", f"--path.procfs={tmp / 'proc'}"]
         ours = [sys.executable, "-m", "cephnode_exporter", "serve", *paths]
         ours.append(f"--path.rootfs={tmp / 'root'}")
+        no_ceph = tmp / "no-ceph"
+        no_ceph.mkdir()
         runs = []
         port = free_port()
         runs.append(
             measure(
-                "cephnode-exporter (default collectors)",
-                [*ours, f"--web.listen-address=127.0.0.1:{port}"],
+                "cephnode-exporter (default collectors, no OSD)",
+                [*ours, f"--ceph.socket-dir={no_ceph}", f"--web.listen-address=127.0.0.1:{port}"],
                 port,
                 args.scrapes,
                 "cephnode_scrape_collector_success",
             )
         )
+        # The reference node's ten NVMe OSDs: tuned (debug 0/0, seed 004) and at Ceph's
+        # default debug levels (one more series per non-zero subsystem of the profile).
+        for label, flags in (
+            (f"+ {args.osds} BlueStore OSDs, debug 0/0", ["--debug-zero"]),
+            (f"+ {args.osds} BlueStore OSDs, Ceph default debug levels", []),
+        ):
+            if args.osds <= 0:
+                break
+            osds = ReplayedOSDs(args.osds, "--kind=bluestore", *flags)
+            try:
+                port = free_port()
+                runs.append(
+                    measure(
+                        label,
+                        [
+                            *ours,
+                            f"--ceph.socket-dir={osds.dir}",
+                            f"--web.listen-address=127.0.0.1:{port}",
+                        ],
+                        port,
+                        args.scrapes,
+                        "cephnode_scrape_collector_success",
+                    )
+                )
+            finally:
+                osds.close()
         port = free_port()
         runs.append(
             measure(
                 "cephnode-exporter --collector.cpuidle.per-cpu",
-                [*ours, "--collector.cpuidle.per-cpu", f"--web.listen-address=127.0.0.1:{port}"],
+                [
+                    *ours,
+                    f"--ceph.socket-dir={no_ceph}",
+                    "--collector.cpuidle.per-cpu",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
                 port,
                 args.scrapes,
                 "cephnode_scrape_collector_success",
@@ -196,6 +263,9 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for r in runs:
         print(r.row())
+    for r in runs:
+        if r.per_osd:
+            print(f"\n{r.name}: {r.per_osd} series per OSD")
     return 0
 
 
