@@ -18,12 +18,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest
-
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
+from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
@@ -201,18 +199,8 @@ def build_scraper(args: argparse.Namespace) -> Scraper:
     return Scraper(collectors, disabled, profile, specs, collector_timeout=args.collector_timeout)
 
 
-class _Families:
-    """Adapter so prometheus_client's encoder can render one collection."""
-
-    def __init__(self, collection: Collection) -> None:
-        self._collection = collection
-
-    def collect(self) -> list[Metric]:
-        return self._collection.families()
-
-
 def exposition(collection: Collection) -> bytes:
-    return generate_latest(_Families(collection))  # type: ignore[arg-type]
+    return encode(collection.families())
 
 
 def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
