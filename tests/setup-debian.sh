@@ -6,6 +6,7 @@ set -euo pipefail
 # package -> a file it installs, to tell whether it is present without dpkg races
 declare -A PROVIDES=(
   [prometheus]=/usr/bin/promtool
+  [prometheus-alertmanager]=/usr/bin/prometheus-alertmanager
   [prometheus-node-exporter]=/usr/bin/prometheus-node-exporter
   [systemd]=/usr/bin/systemd-analyze
   [openssl]=/usr/bin/openssl

@@ -14,8 +14,12 @@ import itertools
 import json
 import logging
 import math
+import os
 import shutil
 import socket
+import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,12 +30,14 @@ from typing import Any
 import pytest
 from cephnode_exporter.ceph import perf
 from cephnode_exporter.checks import load_all
-from cephnode_exporter.checks.osd import debug_levels
+from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
 from cephnode_exporter.collectors.osd import OSDCollectorFacts, OSDFacts
+from cephnode_exporter.hostfs import HostFS, ParseError, blockdev, numa, process
 from cephnode_exporter.profile import load_profile
 from cephnode_exporter.scrape import Collection
 
-from tests.conftest import REPO, Tree, collect, samples, value
+from tests.conftest import REPO, Tree, collect, need, need_root, need_tool, samples, value
+from tests.fixtures.sysfsgen import build_tree, load_node
 from tests.test_asok import FakeServer, hang, reply
 
 FIXTURES = REPO / "tests" / "fixtures" / "ceph"
@@ -259,19 +265,26 @@ def test_version() -> None:
 # ----------------------------------------------------------------------------- fake OSDs
 
 
-def recorded_osd(kind: str, overrides: dict[str, Any] | None = None) -> Callable[..., None]:
+def recorded_osd(
+    kind: str, overrides: dict[str, Any] | None = None, osd_data: str | None = None
+) -> Callable[..., None]:
     """A handler answering like the recorded OSD. The config reply carries the 2 s
-    complaint time that was in effect when the ops in flight were recorded."""
+    complaint time that was in effect when the ops in flight were recorded, and
+    ``osd_data`` (an OSD directory of the fixture tree) when given."""
     replies = {}
     for command in COMMAND_FILES:
         data = payload(kind, command)
         if command == "config show":
             data["osd_op_complaint_time"] = "2.000000"
+            if osd_data is not None:
+                data["osd_data"] = osd_data
         replies[command] = json.dumps(data).encode()
     for command, data in (overrides or {}).items():
         replies[command] = data if isinstance(data, bytes) else json.dumps(data).encode()
 
     def handler(conn: socket.socket, request: bytes, stop: threading.Event) -> None:
+        if not request:
+            return  # peer_pid(): connect and close, as the daemon sees it
         prefix = json.loads(request.rstrip(b"\0"))["prefix"]
         data = replies.get(prefix)
         conn.sendall(reply(data if data is not None else b"ERROR: (22) Invalid argument\n"))
@@ -308,17 +321,44 @@ def fake_node() -> Iterator[FakeNode]:
     node.close()
 
 
-def recorded_node(node: FakeNode) -> FakeNode:
-    """osd.0 memstore and osd.3 BlueStore, as recorded."""
+def recorded_node(node: FakeNode, tree: Tree | None = None) -> FakeNode:
+    """osd.0 memstore and osd.3 BlueStore, as recorded; with ``tree``, osd.3's data
+    directory is the tree's first OSD (block on device-mapper on an NVMe namespace)."""
     node.add(0, recorded_osd("memstore"))
-    node.add(3, recorded_osd("bluestore"))
+    node.add(3, recorded_osd("bluestore", osd_data=fixture_osd(tree)[1] if tree else None))
     return node
 
 
+def fixture_osd(tree: Tree) -> tuple[int, str, int]:
+    """The first OSD of a generated tree: (id, data directory, pid). The pid comes from
+    the process's cmdline (``ceph-osd -f --cluster ceph --id <id> ...``)."""
+    osd_id = min(int(p.name.split("-")[1]) for p in (tree.rootfs / "var/lib/ceph/osd").iterdir())
+    for cmdline in tree.proc.glob("*/cmdline"):
+        args = cmdline.read_bytes().split(b"\0")
+        if args[0].endswith(b"ceph-osd") and args[args.index(b"--id") + 1] == str(osd_id).encode():
+            return osd_id, f"/var/lib/ceph/osd/ceph-{osd_id}", int(cmdline.parent.name)
+    raise AssertionError(f"no process of osd.{osd_id} in {tree.proc}")
+
+
+def impersonate(tree: Tree) -> int:
+    """Make this test process look like the tree's first OSD process: the fake admin
+    sockets are served by this process, so SO_PEERCRED reports its pid, and
+    proc/<our pid> becomes a link to the fixture OSD's directory (like /proc/self).
+    Returns the fixture pid."""
+    _, _, pid = fixture_osd(tree)
+    link = tree.proc / str(os.getpid())
+    assert not link.exists() or link.is_symlink(), "our pid is a fixture pid: rebuild"
+    if not link.is_symlink():
+        link.symlink_to(str(pid))
+    return pid
+
+
 def osd_collection(tree: Tree, extra: list[str] | None = None) -> Collection:
-    """A collection of the reference tree with the recorded OSDs behind fake sockets (used
-    by tests/test_metrics_doc.py too)."""
-    node = recorded_node(FakeNode())
+    """A collection of the reference tree with the recorded OSDs behind fake sockets, the
+    BlueStore one with the tree's first OSD's disks and process (used by
+    tests/test_metrics_doc.py too; the tree gets the link of :func:`impersonate`)."""
+    impersonate(tree)
+    node = recorded_node(FakeNode(), tree)
     try:
         return collect([*tree.flags, f"--ceph.socket-dir={node.dir}", *(extra or [])])
     finally:
@@ -338,15 +378,51 @@ ONLY_OSD = ["--no-collector.cpuidle", "--no-collector.cpufreq", "--no-collector.
             "--no-collector.nvme", "--no-collector.net", "--no-collector.iommu"]  # fmt: skip
 
 
-def test_collector_on_recorded_osds(node_trees: dict[str, Tree], fake_node: FakeNode) -> None:
-    recorded_node(fake_node)
-    tree = node_trees["epyc9454p-tuned"]
+@pytest.fixture(scope="module")
+def osd_tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
+    """The tuned reference node, its first OSD's process standing in for this process
+    (:func:`impersonate`); a tree of this module's own, so the shared ones stay as built."""
+    dest = tmp_path_factory.mktemp("osd-tree")
+    build_tree(load_node("epyc9454p-tuned"), dest)
+    tree = Tree(dest)
+    impersonate(tree)
+    return tree
+
+
+def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None:
+    recorded_node(fake_node, osd_tree)
+    tree = osd_tree
     c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
     assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1.0
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0.0
     for d in ("osd.0", "osd.3"):
         assert value(c, "cephnode_osd_scrape_success", ceph_daemon=d) == 1.0
     assert value(c, "cephnode_osd_info", ceph_daemon="osd.3", version="16.2.15",
-                 objectstore="bluestore") == 1.0  # fmt: skip
+                 objectstore="bluestore", allocator="tcmalloc") == 1.0  # fmt: skip
+    # Host facts, from the fixture's osd.0 process (proc/3311, docs/fixtures.md) that the
+    # fake sockets' pid stands for: the numbers are what the generator wrote.
+    fixture = osd_tree.proc / str(fixture_osd(osd_tree)[2])
+    stat = (fixture / "stat").read_text().rsplit(")", 1)[1].split()
+    o3 = {"ceph_daemon": "osd.3"}
+    assert value(c, "cephnode_osd_cpu_seconds_total", mode="user", **o3) == int(stat[11]) / 100
+    assert value(c, "cephnode_osd_cpu_seconds_total", mode="system", **o3) == int(stat[12]) / 100
+    assert value(c, "cephnode_osd_threads", **o3) == 70
+    statuses = [t.read_text() for t in fixture.glob("task/*/status")]
+    assert len(statuses) == 70
+    rss_kib = next(int(line.split()[1]) for line in statuses[0].splitlines()
+                   if line.startswith("VmRSS:"))  # fmt: skip
+    assert value(c, "cephnode_osd_resident_memory_bytes", **o3) == rss_kib * 1024
+    for kind, key in (("voluntary", "voluntary_ctxt_switches:"),
+                      ("involuntary", "nonvoluntary_ctxt_switches:")):  # fmt: skip
+        total = sum(int(line.split()[1]) for text in statuses for line in text.splitlines()
+                    if line.startswith(key))  # fmt: skip
+        assert value(c, "cephnode_osd_context_switches_total", kind=kind, **o3) == total
+    assert value(c, "cephnode_osd_allowed_cpus", numa_node="0", **o3) == 96
+    assert value(c, "cephnode_osd_device_info", device="nvme0n1", controller="nvme0", **o3) == 1
+    # osd.0 (memstore, recorded osd_data not in the tree): the same process, no device.
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.0") == 70
+    assert not [k for k in samples(c) if k[0] == "cephnode_osd_device_info"
+                and ("ceph_daemon", "osd.0") in k[1]]  # fmt: skip
     # The histogram: _count from the matrix, _sum from perf dump, buckets in seconds.
     w = {"ceph_daemon": "osd.3", "op": "write"}
     assert value(c, "cephnode_osd_op_latency_seconds_count", **w) == 2298
@@ -362,7 +438,7 @@ def test_collector_on_recorded_osds(node_trees: dict[str, Tree], fake_node: Fake
     assert value(c, "cephnode_osd_rocksdb_compact_total", ceph_daemon="osd.3") == 0
     assert value(c, "cephnode_osd_rocksdb_compact_total", ceph_daemon="osd.0") is None
     assert value(c, "cephnode_osd_op_queue_wait_seconds_count", ceph_daemon="osd.0") == 2848
-    assert value(c, "cephnode_osd_ops_by_type_total", ceph_daemon="osd.0", op="write") == 837
+    assert value(c, "cephnode_osd_op_latency_seconds_count", ceph_daemon="osd.0", op="write") == 837
     assert value(c, "cephnode_osd_op_in_bytes_total", ceph_daemon="osd.3") == 150601728
     assert value(c, "cephnode_osd_pgs", ceph_daemon="osd.3") == 17
     # The stall: 7 ops waiting for the stopped replica, older than the 2 s complaint time.
@@ -381,20 +457,35 @@ def test_collector_on_recorded_osds(node_trees: dict[str, Tree], fake_node: Fake
     assert failed == {"osd.0": "fail", "osd.3": "fail"}
 
 
-def test_series_per_osd_stay_under_budget(node_trees: dict[str, Tree], fake_node: FakeNode) -> None:
+def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -> None:
     """Under 120 series per OSD with every debug level 0 (a tuned OSD) and no ops in
-    flight; each non-zero debug subsystem adds one, each busy flag point one."""
-    config = payload("bluestore", "config show")
-    for key, val in config.items():
-        if key.startswith("debug_") and "/" in val:
-            config[key] = "0/0"
+    flight; each non-zero debug subsystem adds one, each busy flag point one.
+
+    The BlueStore OSD's 118: 3 x 21 op latency histogram series; 13 stage summaries x 2;
+    counters ops, in/out bytes, compact, compact_range (5); gauges pgs, ops_in_progress,
+    compact_queue_length, ops_in_flight, slow_ops, oldest_op_age, debug_nonzero (7);
+    config_value x 6 (the _hdd/_ssd shard and thread options, memory target, complaint
+    time; the plain shard/thread options are 0 = unset); scrape success and duration,
+    info (3); the process: cpu user/system, RSS, threads, two context-switch kinds (6),
+    allowed_cpus of the one NUMA node (1), device_info (1). The room for the process came
+    from ops_by_type (3 series equal to the histograms' _count), compact_queue_merge and
+    the two unset options (dropped), and the allocator, a label of info.
+    The memstore OSD's 96: no BlueStore/RocksDB summaries (-16), RocksDB counters and
+    queue gauge (-3), device (-1)."""
+    tuned = {}
+    for kind in KINDS:
+        tuned[kind] = payload(kind, "config show")
+        for key, val in tuned[kind].items():
+            if key.startswith("debug_") and "/" in val:
+                tuned[kind][key] = "0/0"
+    tuned["bluestore"]["osd_data"] = fixture_osd(osd_tree)[1]
     idle = {"ops": [], "num_ops": 0}
-    fake_node.add(3, recorded_osd("bluestore", {"config show": config, "dump_ops_in_flight": idle}))
-    fake_node.add(0, recorded_osd("memstore", {"config show": config, "dump_ops_in_flight": idle}))
-    tree = node_trees["epyc9454p-tuned"]
-    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
-    assert len(osd_series(c, "osd.3")) == 116
-    assert len(osd_series(c, "osd.0")) == 94  # no BlueStore or RocksDB series
+    for osd_id, kind in ((3, "bluestore"), (0, "memstore")):
+        replies = {"config show": tuned[kind], "dump_ops_in_flight": idle}
+        fake_node.add(osd_id, recorded_osd(kind, replies))
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert len(osd_series(c, "osd.3")) == 118
+    assert len(osd_series(c, "osd.0")) == 96
     results = {r.subject: r.status for r in c.results if r.check == "osd.debug_levels"}
     assert results == {"osd.0": "pass", "osd.3": "pass"}
 
@@ -570,3 +661,442 @@ def test_debug_series_follow_the_profile_unless_all_are_asked_for(
 
     assert exported(collect(base)) == nonzero & listed
     assert exported(collect([*base, "--collector.osd.all-debug-levels"])) == nonzero
+
+
+# ----------------------------------------------------------------------------- process
+
+
+def test_stat_and_status_parsers() -> None:
+    line = "42 (a) b) c) S 1 42 42 0 -1 4194560 " + " ".join(["7"] * 8) + " 20 0 9 0 1234 5 6 7"
+    st = process.parse_stat(line)
+    assert (st.comm, st.state, st.threads, st.starttime) == ("a) b) c", "S", 9, 1234)
+    assert (st.utime_ticks, st.stime_ticks) == (7, 7)
+    for bad in ("", "42 ceph-osd S 1", "42 (x) S 1 2", line.replace(" 9 0 1234", " x 0 1234")):
+        with pytest.raises(ParseError):
+            process.parse_stat(bad)
+    status = "Name:\tceph-osd\nThreads:\t3\nVmRSS:\t  100 kB\nCpus_allowed_list:\t0-2,5\n"
+    counts = "voluntary_ctxt_switches:\t10\nnonvoluntary_ctxt_switches:\t2\n"
+    ts = process.parse_status(status + counts)
+    assert (ts.threads, ts.rss_bytes, ts.voluntary, ts.involuntary) == (3, 102400, 10, 2)
+    assert ts.cpus_allowed == {0, 1, 2, 5}
+    no_rss = process.parse_status(status.replace("VmRSS:\t  100 kB\n", "") + counts)
+    assert no_rss.rss_bytes is None  # a zombie: no mm, no VmRSS line
+    for bad in (status, counts, status.replace("0-2,5", "2-0") + counts,
+                status.replace("100 kB", "many kB") + counts):  # fmt: skip
+        with pytest.raises(ParseError):
+            process.parse_status(bad)
+
+
+@pytest.mark.parametrize(
+    ("paths", "allocator"),
+    [
+        (["/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4.5.3", "/lib/libc-2.31.so"], "tcmalloc"),
+        (["/usr/lib64/libtcmalloc_minimal.so.4"], "tcmalloc"),
+        (["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/libjemalloc.so.2"], "jemalloc"),
+        (["/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/ceph-osd"], "libc"),
+        (["/usr/bin/ceph-osd"], "unknown"),  # static binary
+        (["/opt/libtcmalloc_notes.txt", "/lib/libc.so.6"], "libc"),
+    ],
+)
+def test_allocator_from_maps_paths(paths: list[str], allocator: str) -> None:
+    assert process.allocator_of(paths) == allocator
+
+
+def test_maps_paths() -> None:
+    lines = [
+        "7f3a00000000-7f3a00001000 ---p 00000000 00:00 0 ",
+        "563eaa060000-563eab060000 rw-p 00000000 00:00 0                          [heap]",
+        "7f3a00801000-7f3a00809000 r--p 00000000 fd:00 1315000 "
+        "                   /usr/lib/a b/libtcmalloc.so.4 (deleted)\n",
+    ]
+    assert process.maps_paths(lines) == ["/usr/lib/a b/libtcmalloc.so.4"]
+
+
+def test_context_switches_stay_monotonic_when_threads_exit() -> None:
+    state = process.ProcessState()
+    state.reset((100, 1))
+    assert state.switches({100: (5, 1), 101: (50, 2), 102: (7, 0)}) == (62, 3)
+    # 101 exited; 102 was reused by a new thread (its count went down).
+    assert state.switches({100: (6, 1), 102: (1, 0), 103: (4, 4)}) == (68, 7)
+    assert state.switches({100: (6, 1), 102: (3, 0), 103: (4, 4)}) == (70, 7)
+
+
+def test_the_fixture_process_as_the_reader_sees_it(osd_tree: Tree) -> None:
+    """The generated OSD process (tcmalloc, 70 threads) through the parsing layer; every
+    value is recomputed from the generated files by hand."""
+    fs = HostFS(str(osd_tree.proc), str(osd_tree.sys), str(osd_tree.rootfs))
+    _, _, pid = fixture_osd(osd_tree)
+    state = process.ProcessState()
+    p = process.read_process(fs, pid, state)
+    assert (p.comm, p.threads, p.allocator) == ("ceph-osd", 70, "tcmalloc")
+    assert p.cpus_allowed == frozenset(range(96))
+    assert p.rss_bytes is not None and 4e9 < p.rss_bytes < 5.5e9
+    again = process.read_process(fs, pid, state)
+    assert (again.voluntary_switches, again.involuntary_switches) == (
+        p.voluntary_switches, p.involuntary_switches)  # fmt: skip
+    with pytest.raises(process.ProcessGone, match="no such process"):
+        process.read_process(fs, 1, process.ProcessState())
+    with pytest.raises(process.ProcessGone, match="another pid namespace"):
+        process.read_process(fs, pid, process.ProcessState(), comms=frozenset({"ceph-mon"}))
+
+
+def test_the_live_path_agrees_with_psutil() -> None:
+    """This very process through the real /proc, against psutil as an independent reader:
+    CPU time, threads, RSS and affinity agree; the context switches are the sum over the
+    threads, at least what psutil reads from the main thread alone."""
+    import psutil
+
+    me = psutil.Process()
+    started = threading.Event()
+    stop = threading.Event()
+
+    def spin() -> None:  # a second thread that switches now and then
+        started.set()
+        while not stop.wait(0.001):
+            pass
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    started.wait()
+    try:
+        time.sleep(0.05)
+        comm = Path("/proc/self/comm").read_text().strip()
+        p = process.read_process(HostFS(), os.getpid(), process.ProcessState(), frozenset({comm}))
+        times, ctx = me.cpu_times(), me.num_ctx_switches()
+        assert p.threads == me.num_threads()
+    finally:
+        stop.set()
+        worker.join()
+    assert abs(p.cpu_user_seconds - times.user) < 0.1
+    assert abs(p.cpu_system_seconds - times.system) < 0.1
+    assert p.rss_bytes is not None and abs(p.rss_bytes - me.memory_info().rss) < 8 << 20
+    assert p.cpus_allowed == frozenset(os.sched_getaffinity(0))
+    assert p.voluntary_switches > ctx.voluntary  # the spinning thread's switches count
+    assert p.allocator == "libc"  # CPython on Debian: glibc malloc
+
+
+@pytest.mark.parametrize(
+    ("fault", "path"),
+    [("eio", "task/{pid}/status"), ("garbage", "stat"), ("empty", "maps")],
+)
+def test_unreadable_process_files_are_counted_not_fatal(
+    make_tree: Any, fake_node: FakeNode, fault: str, path: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    first = make_tree("epyc9454p-tuned")
+    _, _, pid = fixture_osd(first)
+    tree = make_tree("epyc9454p-tuned", faults={f"proc/{pid}/{path.format(pid=pid)}": fault})
+    impersonate(tree)
+    recorded_node(fake_node, tree)
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1
+    assert value(c, "cephnode_osd_device_info", ceph_daemon="osd.3", device="nvme0n1",
+                 controller="nvme0") == 1  # fmt: skip
+    if fault == "empty":  # an empty maps file: no library at all, allocator unknown
+        assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") == 70
+        assert value(c, "cephnode_osd_info", ceph_daemon="osd.3", version="16.2.15",
+                     objectstore="bluestore", allocator="unknown") == 1  # fmt: skip
+        return
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") is None
+    assert value(c, "cephnode_osd_info", ceph_daemon="osd.3", version="16.2.15",
+                 objectstore="bluestore", allocator="") == 1  # fmt: skip
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 2  # both OSDs
+    reasons = [r.kv["reason"] for r in caplog.records if r.getMessage() == "OSD process not read"]  # type: ignore[attr-defined]
+    where = f"/{path.format(pid=pid)}"
+    assert len(reasons) == 2 and all(where in r for r in reasons), reasons
+
+
+def test_pid_not_in_procfs_leaves_process_series_out(
+    node_trees: dict[str, Tree], fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shared tree has no proc/<our pid>: like an OSD whose pid the mounted procfs
+    does not show. Its other series stay, nothing is counted as an error."""
+    tree = node_trees["epyc9454p-tuned"]
+    assert not (tree.proc / str(os.getpid())).exists()
+    fake_node.add(3, recorded_osd("bluestore", osd_data="/var/lib/ceph/osd/ceph-2"))
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0
+    assert value(c, "cephnode_osd_cpu_seconds_total", ceph_daemon="osd.3", mode="user") is None
+    assert value(c, "cephnode_osd_device_info", ceph_daemon="osd.3", device="nvme2n1",
+                 controller="nvme2") == 1  # fmt: skip
+    [reason] = [r.kv["reason"] for r in caplog.records if r.getMessage() == "OSD process not read"]  # type: ignore[attr-defined]
+    assert "no such process" in reason
+    numa = {r.subject: (r.status, r.observed) for r in c.results if r.check == "osd.numa"}
+    assert numa["osd.3"][0] == "skip" and "process not read" in numa["osd.3"][1]
+
+
+def test_pid_from_another_pid_namespace(osd_tree: Tree, fake_node: FakeNode) -> None:
+    """The exporter in a child pid namespace, the OSD (this process) outside it: the
+    kernel reports peer pid 0, the exporter logs why and exports the OSD without its
+    process series. Runs the real CLI under unshare(1)."""
+    need_root("unshare --pid needs CAP_SYS_ADMIN")
+    unshare = need_tool("unshare", "util-linux")
+    recorded_node(fake_node, osd_tree)
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
+    out = subprocess.run(
+        [unshare, "--pid", "--fork", sys.executable, "-m", "cephnode_exporter", "dump", *flags],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert 'cephnode_osd_scrape_success{ceph_daemon="osd.3"} 1.0' in out.stdout
+    assert "cephnode_osd_cpu_seconds_total" not in out.stdout
+    assert 'device="nvme0n1"' in out.stdout  # the disks do not depend on the pid
+    assert "pid namespace the exporter cannot see" in out.stderr
+
+
+# ----------------------------------------------------------------------------- NUMA, devices
+
+
+def test_numa_nodes_and_cpus() -> None:
+    nodes = {0: frozenset({0, 1, 4, 5}), 1: frozenset({2, 3, 6, 7}), 2: frozenset()}
+    assert numa.cpus_per_node(frozenset({1, 2, 3, 99}), nodes) == {0: 1, 1: 2}
+    assert numa.read_node_cpus(HostFS(sysfs="/nonexistent")) is None
+
+
+def test_numa_nodes_of_a_nps4_fixture(make_tree: Any) -> None:
+    desc = load_node("epyc9454p-tuned")
+    desc["cpus"]["numa_nodes"] = 4
+    tree = make_tree(desc)
+    nodes = numa.read_node_cpus(HostFS(sysfs=str(tree.sys)))
+    assert nodes is not None and sorted(nodes) == [0, 1, 2, 3]
+    assert nodes[1] == frozenset([*range(12, 24), *range(60, 72)])
+
+
+def test_resolve_in_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "dev" / "vg").mkdir(parents=True)
+    (root / "osd").mkdir()
+    (root / "dev" / "vg" / "lv").symlink_to("../dm-4")
+    (root / "osd" / "block").symlink_to("/dev/vg/lv")  # absolute: inside root, not the host's
+    (root / "osd" / "rel").symlink_to("../dev/./vg/../vg/lv")
+    (root / "loop").symlink_to("loop")
+    assert blockdev.resolve_in_root(str(root), "/osd/block") == str(root / "dev" / "dm-4")
+    assert blockdev.resolve_in_root(str(root), "/osd/rel") == str(root / "dev" / "dm-4")
+    assert blockdev.resolve_in_root(str(root), "/osd/none/x") == str(root / "osd/none/x")
+    with pytest.raises(OSError, match="symbolic links"):
+        blockdev.resolve_in_root(str(root), "/loop")
+
+
+def test_osd_block_through_device_mapper_of_the_fixture(osd_tree: Tree) -> None:
+    """Every fixture OSD: block -> /dev/ceph-<vg>/osd-block-<fsid> -> ../dm-<n> -> sysfs
+    dm-<n>/slaves/nvme<k>n1 under controller nvme<k> on NUMA node 0."""
+    fs = HostFS(str(osd_tree.proc), str(osd_tree.sys), str(osd_tree.rootfs))
+    for k in range(10):
+        found = blockdev.find_osd_block(fs, f"/var/lib/ceph/osd/ceph-{k}")
+        assert found.target == f"/dev/dm-{k + 1}"
+        assert found.disks == (blockdev.Disk(f"nvme{k}n1", (f"nvme{k}",), (0,)),)
+    with pytest.raises(blockdev.NoDevice, match="no /var/lib/ceph/osd/ceph-42/block"):
+        blockdev.find_osd_block(fs, "/var/lib/ceph/osd/ceph-42")
+
+
+def _disk_tree(root: Path, layout: dict[str, str]) -> HostFS:
+    """A small sysfs/rootfs: ``layout`` maps tree paths to a symlink target ("->x"),
+    file content, or "" for a directory."""
+    for rel, what in layout.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if what.startswith("->"):
+            path.symlink_to(what[2:])
+        elif what == "/":
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.write_text(what)
+    return HostFS(str(root / "proc"), str(root / "sys"), str(root / "root"))
+
+
+def test_osd_block_on_a_partition_and_on_nvme_multipath(tmp_path: Path) -> None:
+    """dm-crypt on LVM on a partition of a multipath namespace: dm-2 -> dm-1 -> nvme0n1p2
+    -> nvme0n1 under nvme-subsys0, which links both controllers (nvme0, nvme1)."""
+    subsys = "sys/devices/virtual/nvme-subsystem/nvme-subsys0"
+    up5, part = "../../../../..", f"{subsys}/nvme0n1/nvme0n1p2".removeprefix("sys/")
+    fs = _disk_tree(
+        tmp_path,
+        {
+            "root/osd/block": "->/dev/mapper/crypt",
+            "root/dev/mapper/crypt": "->../dm-2",
+            "sys/class/block/dm-2": "->../../devices/virtual/block/dm-2",
+            "sys/devices/virtual/block/dm-2/slaves/dm-1": "->../../dm-1",
+            "sys/devices/virtual/block/dm-1/slaves/nvme0n1p2": f"->{up5}/{part}",
+            f"{subsys}/nvme0n1/nvme0n1p2/partition": "2\n",
+            f"{subsys}/nvme0": "->../../../pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0",
+            f"{subsys}/nvme1": "->../../../pci0000:00/0000:00:01.2/0000:02:00.0/nvme/nvme1",
+            "sys/class/nvme/nvme0/numa_node": "1\n",
+            "sys/class/nvme/nvme1/numa_node": "-1\n",
+        },
+    )  # fmt: skip
+    found = blockdev.find_osd_block(fs, "/osd")
+    assert found.disks == (blockdev.Disk("nvme0n1", ("nvme0", "nvme1"), (1, -1)),)
+
+
+def test_osd_block_on_a_file_or_a_non_nvme_disk(tmp_path: Path) -> None:
+    fs = _disk_tree(
+        tmp_path,
+        {
+            "root/osd/block": "->/srv/osd.3.block",
+            "root/srv/osd.3.block": "sparse",
+            "root/hdd/block": "->/dev/sdb",
+            "sys/class/block/sdb": "->../../devices/pci0000:00/0000:00:17.0/ata3/host2/block/sdb",
+            "sys/devices/pci0000:00/0000:00:17.0/ata3/host2/block/sdb/size": "100\n",
+        },
+    )  # fmt: skip
+    with pytest.raises(blockdev.NoDevice, match=r"/srv/osd\.3\.block is not a block device"):
+        blockdev.find_osd_block(fs, "/osd")
+    assert blockdev.find_osd_block(fs, "/hdd").disks == (blockdev.Disk("sdb"),)
+
+
+def test_osd_block_through_a_real_device_node(tmp_path: Path) -> None:
+    """The st_rdev path on the real kernel: a block node made with the numbers of one of
+    this machine's disks, looked up in the real /sys/dev/block."""
+    need_root("mknod of a block device node")
+    disks = sorted(p.name for p in Path("/sys/block").iterdir())
+    need(bool(disks), "no block device on this machine")
+    name = disks[0]
+    major, minor = (int(x) for x in Path(f"/sys/block/{name}/dev").read_text().split(":"))
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "osd").mkdir()
+    os.mknod(root / "dev" / "odd-name", 0o600 | stat.S_IFBLK, os.makedev(major, minor))
+    (root / "osd" / "block").symlink_to("/dev/odd-name")
+    found = blockdev.find_osd_block(HostFS(rootfs=str(root)), "/osd")
+    assert [d.name for d in found.disks] == [name]  # by the device numbers, not the name
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _pg_facts(numpgs: dict[str, int | None]) -> OSDCollectorFacts:
+    facts = _facts({d: payload("bluestore", "config show") for d in numpgs})
+    for o in facts.osds:
+        dump = payload("bluestore", "perf dump")
+        n = numpgs[o.ceph_daemon]
+        if n is None:
+            del dump["osd"]["numpg"]
+        else:
+            dump["osd"]["numpg"] = n
+        o.counters = perf.parse_perf_dump(dump)
+    return facts
+
+
+def test_pg_count_check() -> None:
+    params = load_profile(None, load_all()).checks["osd.pg_count"].params
+    assert (params["min_pgs"], params["max_pgs"]) == (50, 200)
+    found = {f.subject: f for f in pg_count(_pg_facts({"osd.0": 17, "osd.1": 100,
+             "osd.2": 250, "osd.3": None}), params)}  # fmt: skip
+    assert (found["osd.0"].deviates, found["osd.0"].observed) == (True, "17 PGs")
+    assert "raise pg_num" in found["osd.0"].hint
+    assert found["osd.1"].deviates is False
+    assert found["osd.2"].deviates is True and "lower pg_num" in found["osd.2"].hint
+    assert found["osd.3"].deviates is None
+    assert pg_count(_facts({}), params)[0].deviates is None
+
+
+def _rocks(version: str, objectstore: str = "bluestore", layout: str = "package") -> Any:
+    from cephnode_exporter.ceph.discovery import OSDSocket
+    from cephnode_exporter.hostfs import ReadErrors
+
+    config = {**payload("bluestore", "config show"), "osd_objectstore": objectstore}
+    o = OSDFacts(OSDSocket("ceph", 1, "/x/ceph-osd.1.asok", layout), 0.0)
+    o.config, o.version = perf.parse_config(config), version
+    [finding] = rocksdb_build(OSDCollectorFacts("/x", [o], ReadErrors()), {})
+    return finding
+
+
+@pytest.mark.parametrize(
+    ("version", "deviates"),
+    [
+        ("12.2.13", True), ("14.2.22", True), ("15.2.17", True),  # no fixed release
+        ("16.2.14", True), ("16.2.15", False),  # PR #55500 in v16.2.15
+        ("17.2.7", True), ("17.2.8", False),  # PR #55501 in v17.2.8
+        ("18.2.2", True), ("18.2.3", None), ("18.2.4", False),  # PR #55502 in v18.2.4
+        ("19.2.0", False), ("20.1.0", False), ("17.2.7-123-gabcdef0", True),
+        ("10.2.11", None), ("garbage", None),
+    ],
+)  # fmt: skip
+def test_rocksdb_build_by_release(version: str, deviates: bool | None) -> None:
+    f = _rocks(version)
+    assert f.deviates is deviates, f.observed
+    if deviates:
+        assert "cannot tell the packaging" in f.observed and "dpkg-query" in f.hint
+
+
+def test_rocksdb_build_packaging_and_object_store() -> None:
+    assert _rocks("17.2.7", layout="cephadm").deviates is False  # container: an RPM build
+    assert "container image" in _rocks("17.2.7", layout="cephadm").observed
+    assert _rocks("17.2.7", objectstore="memstore").deviates is None
+    assert "upgrade to 17.2.8 or later" in _rocks("17.2.7").hint
+    assert "upgrade to Pacific 16.2.15" in _rocks("15.2.17").hint
+
+
+def _numa_node(variant: dict[str, Any], make_tree: Any, fake_node: FakeNode, *extra: str) -> Any:
+    tree = make_tree(variant)
+    impersonate(tree)
+    recorded_node(fake_node, tree)
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD, *extra])
+    return c, {r.subject: r for r in c.results if r.check == "osd.numa"}
+
+
+def test_numa_check_on_a_nps4_node(make_tree: Any, fake_node: FakeNode, tmp_path: Path) -> None:
+    """NPS4: the fixture's osd.0 on nvme0 (node 0) is pinned to node 1's CPUs, so the
+    fake osd.3 standing in for it warns; osd.0 (memstore) has no device: skip."""
+    desc = load_node("epyc9454p-tuned")
+    desc["cpus"]["numa_nodes"] = 4
+    desc["osds"]["daemons"][0]["cpus_allowed"] = "12-23,60-71"
+    c, found = _numa_node(desc, make_tree, fake_node)
+    assert value(c, "cephnode_osd_allowed_cpus", ceph_daemon="osd.3", numa_node="1") == 24
+    assert value(c, "cephnode_osd_allowed_cpus", ceph_daemon="osd.3", numa_node="0") is None
+    assert found["osd.3"].status == "warn"
+    assert found["osd.3"].observed == "allowed on node 1 (24 CPUs); nvme0n1 (nvme0) on node 0"
+    assert "ceph config set osd.3 osd_numa_node 0" in found["osd.3"].hint
+    assert found["osd.0"].status == "skip" and "no device" in found["osd.0"].observed
+
+
+def test_numa_check_spanning_and_unknown(
+    make_tree: Any, fake_node: FakeNode, tmp_path: Path
+) -> None:
+    desc = load_node("epyc9454p-tuned")
+    desc["cpus"]["numa_nodes"] = 4
+    desc["osds"]["daemons"][0]["cpus_allowed"] = "0-23,48-71"  # nodes 0 and 1
+    _, found = _numa_node(desc, make_tree, fake_node)
+    assert found["osd.3"].status == "warn"  # may run on node 1 too
+    profile = tmp_path / "site.yaml"
+    profile.write_text("name: site\nchecks:\n  osd.numa: {allow_spanning: true}\n")
+    fake_node.close()
+    other = FakeNode()
+    try:
+        _, found = _numa_node(desc, make_tree, other, f"--profile={profile}")
+    finally:
+        other.close()
+    assert found["osd.3"].status == "pass"
+    unknown = load_node("epyc9454p-tuned")
+    unknown["nvme"]["controller"]["numa_node"] = -1
+    third = FakeNode()
+    try:
+        _, found = _numa_node(unknown, make_tree, third)
+    finally:
+        third.close()
+    assert found["osd.3"].status == "skip" and "unknown" in found["osd.3"].observed
+
+
+def test_one_numa_node_passes(osd_tree: Tree, fake_node: FakeNode) -> None:
+    recorded_node(fake_node, osd_tree)
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    found = {r.subject: r for r in c.results if r.check == "osd.numa"}
+    assert found["osd.3"].status == "pass" and "(one NUMA node)" in found["osd.3"].observed
+    rocks = {r.subject: r.status for r in c.results if r.check == "osd.rocksdb_build"}
+    assert rocks == {"osd.0": "skip", "osd.3": "pass"}  # memstore; 16.2.15 has the fix
+    pgs = {r.subject: r.status for r in c.results if r.check == "osd.pg_count"}
+    assert pgs == {"osd.0": "warn", "osd.3": "warn"}  # 6 and 17 PGs recorded
+
+
+def test_fixture_osds_section_is_strict(tmp_path: Path) -> None:
+    desc = load_node("epyc9454p-tuned")
+    desc["osds"]["daemons"][0]["disk"] = "nvme42n1"
+    with pytest.raises(ValueError, match="no disk 'nvme42n1'"):
+        build_tree(desc, tmp_path / "a")
+    desc = load_node("epyc9454p-tuned")
+    desc["osds"]["process"]["alocator"] = "tcmalloc"
+    with pytest.raises(ValueError, match="unknown keys"):
+        build_tree(desc, tmp_path / "b")

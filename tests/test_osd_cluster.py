@@ -3,7 +3,9 @@
 Write load grows the histograms, which agree with perf dump; BlueStore and RocksDB
 series exist for the BlueStore OSD only; a stopped replica under write load is reported
 as itself within the budget while the primary's stuck ops show; a restarted OSD is found
-again. Shares the session's cluster with tests/test_cephcluster.py.
+again; each OSD's process (through the real /proc) and its lack of a block device (memstore,
+BlueStore on a file) are reported. Shares the session's cluster with
+tests/test_cephcluster.py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from cephnode_exporter.ceph.asok import AdminSocket
 from cephnode_exporter.scrape import Collection
 
 from tests.cephcluster import CephCluster, shared_cluster
-from tests.conftest import Tree, collect, value
+from tests.conftest import Tree, collect, samples, value
 from tests.test_osd import ONLY_OSD
 
 
@@ -92,8 +94,9 @@ def test_histograms_grow_under_load_and_agree_with_perf_dump(
         store = value(after, "cephnode_osd_bluestore_commit_latency_seconds_count", ceph_daemon=d)
         rocks = value(after, "cephnode_osd_rocksdb_submit_latency_seconds_count", ceph_daemon=d)
         objectstore = "bluestore" if osd_id in osd_cluster.bluestore_ids else "memstore"
+        # allocator "": the fixture's procfs does not hold the real OSD's process.
         assert value(after, "cephnode_osd_info", ceph_daemon=d, version="16.2.15",
-                     objectstore=objectstore) == 1  # fmt: skip
+                     objectstore=objectstore, allocator="") == 1  # fmt: skip
         if osd_id in osd_cluster.bluestore_ids:
             assert store and store > 0 and rocks and rocks > 0, d
         else:
@@ -168,3 +171,62 @@ def test_restarted_osd_is_rediscovered(
     ops_before = value(before, "cephnode_osd_ops_total", ceph_daemon=d) or 0
     ops_after = value(after, "cephnode_osd_ops_total", ceph_daemon=d)
     assert ops_after is not None and ops_after <= ops_before  # counters restarted
+
+
+HOST = ["--path.procfs=/proc", "--path.sysfs=/sys", "--path.rootfs=/"]
+
+
+def test_process_and_disks_of_the_real_osds(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    """The real daemons through the real /proc and /sys: the pid from SO_PEERCRED is the
+    one each OSD wrote to its pid file (psutil, an independent reader, agrees on its
+    numbers); Debian 12's ceph-osd uses glibc malloc; the BlueStore OSD's block is a
+    plain file and the memstore OSDs have none: no device_info, no error."""
+    import psutil
+
+    tree = node_trees["epyc9454p-tuned"]
+    c, _ = scrape(osd_cluster, tree, *HOST)
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0
+    for osd_id in osd_cluster.osds:
+        d = {"ceph_daemon": f"osd.{osd_id}"}
+        proc = psutil.Process(osd_cluster.osd_pid(osd_id))
+        with proc.oneshot():
+            times, rss, ctx = proc.cpu_times(), proc.memory_info().rss, proc.num_ctx_switches()
+            nthreads = proc.num_threads()
+        user = value(c, "cephnode_osd_cpu_seconds_total", mode="user", **d)
+        system = value(c, "cephnode_osd_cpu_seconds_total", mode="system", **d)
+        assert user is not None and system is not None, d
+        assert 0 < user <= times.user + 0.05 and 0 < system <= times.system + 0.05, d
+        assert user > times.user - 2 and system > times.system - 2, d  # the same process
+        got_rss = value(c, "cephnode_osd_resident_memory_bytes", **d)
+        assert got_rss is not None and 10 << 20 < got_rss < 4 << 30, d  # MiB, not pages
+        assert abs(got_rss - rss) < 64 << 20, d
+        threads = value(c, "cephnode_osd_threads", **d)
+        assert threads is not None and threads > 20 and abs(threads - nthreads) <= 3, d
+        vol = value(c, "cephnode_osd_context_switches_total", kind="voluntary", **d)
+        invol = value(c, "cephnode_osd_context_switches_total", kind="involuntary", **d)
+        # Summed over the threads: far above what the main thread alone (psutil) shows.
+        assert vol is not None and invol is not None and vol > 2 * ctx.voluntary, (d, vol, ctx)
+        objectstore = "bluestore" if osd_id in osd_cluster.bluestore_ids else "memstore"
+        assert value(c, "cephnode_osd_info", version="16.2.15", objectstore=objectstore,
+                     allocator="libc", **d) == 1  # fmt: skip
+        cpus = len(proc.cpu_affinity())
+        assert value(c, "cephnode_osd_allowed_cpus", numa_node="0", **d) == cpus, d
+    assert not [k for k in samples(c) if k[0] == "cephnode_osd_device_info"]
+    assert osd_cluster.bluestore_block(osd_cluster.bluestore_ids[0]).is_file()
+    results = {(r.check, r.subject): r for r in c.results if r.check.startswith("osd.")}
+    for osd_id in osd_cluster.osds:
+        d = f"osd.{osd_id}"
+        numa = results[("osd.numa", d)]
+        assert numa.status == "skip" and "no device" in numa.observed, numa
+        rocks = results[("osd.rocksdb_build", d)]
+        if osd_id in osd_cluster.bluestore_ids:
+            assert (rocks.status, rocks.observed) == ("pass", "16.2.15: has the fix (PR #55500)")
+            assert "is not a block device" in numa.observed
+        else:
+            assert rocks.status == "skip" and "memstore" in rocks.observed
+        pgs = results[("osd.pg_count", d)]
+        n = value(c, "cephnode_osd_pgs", ceph_daemon=d)
+        assert pgs.observed == f"{int(n or 0)} PGs"
+        assert pgs.status == ("pass" if 50 <= (n or 0) <= 200 else "warn")

@@ -218,7 +218,6 @@ INTEGERS: tuple[tuple[str, str], ...] = (
     ("osd", "numpg"),
     ("rocksdb", "compact"),
     ("rocksdb", "compact_range"),
-    ("rocksdb", "compact_queue_merge"),
     ("rocksdb", "compact_queue_len"),
 )
 
@@ -341,6 +340,10 @@ CONFIG_OPTIONS: tuple[str, ...] = (
     "osd_memory_target",
     "osd_op_complaint_time",
 )
+# The plain shard and thread options mean "not set" at 0, their default: the _hdd or _ssd
+# variant applies then, and a series of the 0 would only repeat that (the collector
+# exports these two only when set).
+UNSET_WHEN_ZERO = frozenset({"osd_op_num_shards", "osd_op_num_threads_per_shard"})
 # osd_op_complaint_time's default (src/common/options/global.yaml.in, "30"), used only
 # when config show lacks it.
 DEFAULT_COMPLAINT_TIME = 30.0
@@ -360,6 +363,7 @@ class OSDConfig:
     options: dict[str, float]  # CONFIG_OPTIONS present and numeric
     objectstore: str
     complaint_time: float
+    osd_data: str = ""  # the data directory (osd_data), "" when config show lacks it
 
 
 def parse_debug_level(text: str) -> DebugLevel | None:
@@ -393,11 +397,13 @@ def parse_config(config: Any) -> OSDConfig:
         if math.isfinite(number):
             options[name] = number
     objectstore = config.get("osd_objectstore")
+    osd_data = config.get("osd_data")
     return OSDConfig(
         debug=debug,
         options=options,
         objectstore=objectstore if isinstance(objectstore, str) else "",
         complaint_time=options.get("osd_op_complaint_time", DEFAULT_COMPLAINT_TIME),
+        osd_data=osd_data if isinstance(osd_data, str) else "",
     )
 
 
@@ -406,3 +412,14 @@ def parse_version(payload: Any) -> str:
     if not isinstance(payload, dict) or not isinstance(payload.get("version"), str):
         raise PerfParseError("version: no version string")
     return payload["version"]
+
+
+# "16.2.15", or a development build's "18.2.4-123-gabcdef12" (git describe): the release
+# is the first three numbers.
+_VERSION_RE = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,4})(?:[-+~].*)?")
+
+
+def version_tuple(version: str) -> tuple[int, int, int] | None:
+    """``"17.2.7"`` -> (17, 2, 7); None for a string Ceph would not print."""
+    m = _VERSION_RE.fullmatch(version.strip())
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3]))

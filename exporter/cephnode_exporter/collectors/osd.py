@@ -17,6 +17,16 @@ Why this shape:
   every scrape (like the scraper's own collector log).
 - A node without OSDs (no socket directory, or no OSD sockets) is a success with no OSD
   series: the collector is on by default and the exporter also runs on other nodes.
+- Host facts per OSD: its pid comes from the admin socket's peer credentials
+  (``SO_PEERCRED``, fetched in the same parallel task as the commands), its process is
+  read from ``--path.procfs`` in that task too (procfs per pid, not sysfs: the thread
+  statuses are about 1 ms per OSD, so ten OSDs overlap their kernel time instead of
+  adding it up; hostfs/process.py says why not psutil). The ``block`` link of its data
+  directory is followed to its disks in the collector's own thread (sysfs is read
+  serially, as node_exporter learned to). A pid we cannot see (the OSD in another pid
+  namespace), an OSD without a block device (memstore, a file-backed BlueStore) or an
+  unreadable file leaves those series out with a logged reason; the OSD's own series and
+  ``scrape_success`` do not depend on them.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from prometheus_client.core import (
 )
 
 from cephnode_exporter.ceph import perf
-from cephnode_exporter.ceph.asok import AdminSocket, QueryPool
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, QueryPool
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     DiscoveryError,
@@ -45,7 +55,15 @@ from cephnode_exporter.ceph.discovery import (
     discover_osd_sockets,
 )
 from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
-from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
+from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, find_osd_block
+from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
+from cephnode_exporter.hostfs.process import (
+    ProcessGone,
+    ProcessSample,
+    ProcessState,
+    read_process,
+)
 from cephnode_exporter.logs import kv
 
 log = logging.getLogger(__name__)
@@ -132,11 +150,6 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
         "rocksdb_compact_range",
         "RocksDB range compactions Ceph requested (compact_range).",
     ),
-    (
-        "rocksdb.compact_queue_merge",
-        "rocksdb_compact_queue_merge",
-        "Queued compaction ranges merged with a neighbour (compact_queue_merge).",
-    ),
 )
 # (perf dump section.counter, metric name suffix, help)
 GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -148,7 +161,10 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
         "RocksDB compaction ranges waiting (compact_queue_len).",
     ),
 )
-OP_TYPES = {"read": "osd.op_r", "write": "osd.op_w", "readwrite": "osd.op_rw"}
+# Where cephadm keeps an OSD's data directory on the host (cephadm's get_data_dir():
+# <data_dir>/<fsid>/<type>.<id>, data_dir /var/lib/ceph); inside the container, where
+# config show's osd_data points, it is mounted as /var/lib/ceph/osd/ceph-<id>.
+CEPHADM_DATA_DIR = "/var/lib/ceph/{fsid}/osd.{id}"
 
 
 @dataclass
@@ -164,6 +180,16 @@ class OSDFacts:
     ops: perf.OpsInFlight | None = None
     config: perf.OSDConfig | None = None
     version: str | None = None
+    # Host facts; None with the reason in *_note (a fact: no pid visible, no block
+    # device) or *_error (a read error, counted).
+    pid: int | None = None
+    process: ProcessSample | None = None
+    process_note: str | None = None
+    process_error: str | None = None
+    allowed_cpus: dict[int, int] | None = None  # NUMA node -> CPUs the OSD may run on
+    block: OSDBlock | None = None
+    block_note: str | None = None
+    block_error: str | None = None
 
     @property
     def ceph_daemon(self) -> str:
@@ -179,6 +205,8 @@ class OSDCollectorFacts:
     socket_dir: str
     osds: list[OSDFacts]
     errors: ReadErrors
+    # NUMA node -> its CPUs; None when the kernel has no NUMA (or it was unreadable).
+    numa_nodes: dict[int, frozenset[int]] | None = None
 
 
 @dataclass
@@ -190,9 +218,13 @@ class _Replies:
     ops: Any = None
     config: Any = None
     version: Any = None
+    pid: int | None = None
+    process: ProcessSample | None = None
+    process_note: str | None = None
+    process_error: str | None = None
 
 
-def _query(sock: AdminSocket, deadline: float) -> _Replies:
+def _query(sock: AdminSocket, deadline: float, fs: HostFS, state: ProcessState) -> _Replies:
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
     r = _Replies()
@@ -201,6 +233,23 @@ def _query(sock: AdminSocket, deadline: float) -> _Replies:
     r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
     r.config = sock.command("config show", deadline=deadline)
     r.version = sock.command("version", deadline=deadline)
+    # The process after the commands: a failure here must not fail the OSD.
+    try:
+        r.pid = sock.peer_pid(deadline=deadline)
+    except AsokError as exc:
+        r.process_error = f"peer pid: {exc}"
+        return r
+    if r.pid is None:
+        r.process_note = (
+            "the socket's peer pid is 0: the OSD runs in a pid namespace the exporter cannot see"
+        )
+        return r
+    try:
+        r.process = read_process(fs, r.pid, state)
+    except ProcessGone as exc:
+        r.process_note = str(exc)
+    except (OSError, ParseError) as exc:
+        r.process_error = str(exc)
     return r
 
 
@@ -211,6 +260,10 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     facts.counters = perf.parse_perf_dump(replies.perf)
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
     facts.version = perf.parse_version(replies.version)
+    facts.pid = replies.pid
+    facts.process = replies.process
+    facts.process_note = replies.process_note
+    facts.process_error = replies.process_error
 
 
 def _shape(error: str | None) -> str | None:
@@ -234,6 +287,8 @@ class OSDCollector(Collector):
         self._timeout = min(float(getattr(opts, "collector_osd_timeout", DEFAULT_TIMEOUT)), limit)
         self._pool: QueryPool | None = None
         self._last_error: dict[str, str | None] = {}
+        self._last_host: dict[str, tuple[str | None, str | None]] = {}
+        self._proc_states: dict[str, ProcessState] = {}
         # Per-subsystem debug series: the profile's list by default (Pacific leaves 62 of 64
         # subsystems at non-zero defaults such as 1/5: all of them would be ~60 series per
         # OSD of noise); every non-zero one with --collector.osd.all-debug-levels.
@@ -299,8 +354,10 @@ class OSDCollector(Collector):
         tasks = {}
         for s in sockets:
             sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
-            tasks[s.path] = _task(sock)
+            state = self._proc_states.setdefault(s.path, ProcessState())
+            tasks[s.path] = _task(sock, self.ctx.fs, state)
         results = self._pool.run(tasks, self._timeout)
+        numa_nodes = self._numa_nodes(errors)
         osds = []
         for s in sockets:
             result = results[s.path]
@@ -314,10 +371,53 @@ class OSDCollector(Collector):
                 except perf.PerfParseError as exc:
                     facts.error = f"{s.path}: {exc}"
                     facts.reason = "parse"
+                else:
+                    self._host_facts(facts, numa_nodes, errors)
             self._note(facts)
             osds.append(facts)
         self._forget({s.path for s in sockets})
-        return OSDCollectorFacts(self._socket_dir, osds, errors)
+        return OSDCollectorFacts(self._socket_dir, osds, errors, numa_nodes)
+
+    def _numa_nodes(self, errors: ReadErrors) -> dict[int, frozenset[int]] | None:
+        try:
+            return read_node_cpus(self.ctx.fs)
+        except (OSError, ParseError) as exc:
+            errors.add(exc)
+            return None
+
+    def _host_facts(
+        self,
+        facts: OSDFacts,
+        numa_nodes: dict[int, frozenset[int]] | None,
+        errors: ReadErrors,
+    ) -> None:
+        """The OSD's NUMA spread and its disks (sysfs, this thread)."""
+        if facts.process_error is not None:
+            errors.add(Exception(facts.process_error))
+        if facts.process is not None and numa_nodes is not None:
+            facts.allowed_cpus = cpus_per_node(facts.process.cpus_allowed, numa_nodes)
+        assert facts.config is not None
+        data_dirs = []
+        if facts.socket.layout == "cephadm":
+            data_dirs.append(
+                CEPHADM_DATA_DIR.format(fsid=facts.socket.cluster, id=facts.socket.osd_id)
+            )
+        if facts.config.osd_data:
+            data_dirs.append(facts.config.osd_data)
+        if not data_dirs:
+            facts.block_note = "config show has no osd_data"
+            return
+        for data_dir in data_dirs:
+            try:
+                facts.block = find_osd_block(self.ctx.fs, data_dir)
+            except NoDevice as exc:
+                facts.block_note = str(exc)
+                continue
+            except (OSError, ParseError) as exc:
+                facts.block_error = str(exc)
+                errors.add(exc)
+            facts.block_note = None
+            return
 
     def _note(self, facts: OSDFacts) -> None:
         """Log an OSD's failure when it starts or changes, and its recovery."""
@@ -332,9 +432,31 @@ class OSDCollector(Collector):
         elif facts.error is None and previous is not None:
             log.info("OSD answers again", extra=kv(ceph_daemon=facts.ceph_daemon))
 
+        self._note_host(facts)
+
+    def _note_host(self, facts: OSDFacts) -> None:
+        """Log why an answering OSD lacks process or device series, once per change."""
+        if not facts.ok:
+            return
+        path = facts.socket.path
+        process = facts.process_error or facts.process_note
+        device = facts.block_error or facts.block_note
+        old_process, old_device = self._last_host.get(path, (None, None))
+        self._last_host[path] = (process, device)
+        d = facts.ceph_daemon
+        if process is not None and _shape(process) != _shape(old_process):
+            level = logging.WARNING if facts.process_error else logging.INFO
+            log.log(level, "OSD process not read", extra=kv(ceph_daemon=d, reason=process))
+        if device is not None and _shape(device) != _shape(old_device):
+            level = logging.WARNING if facts.block_error else logging.INFO
+            log.log(level, "OSD has no device series", extra=kv(ceph_daemon=d, reason=device))
+
     def _forget(self, present: set[str]) -> None:
         for path in set(self._last_error) - present:
             del self._last_error[path]
+        for cache in (self._last_host, self._proc_states):
+            for path in set(cache) - present:
+                del cache[path]
 
     def read_errors(self, facts: OSDCollectorFacts) -> int:
         """Unreadable cephadm directories and OSDs that did not answer."""
@@ -348,8 +470,8 @@ class OSDCollector(Collector):
         return build_metrics(facts.osds, self._debug_subsystems)
 
 
-def _task(sock: AdminSocket) -> Any:
-    return lambda deadline: _query(sock, deadline)
+def _task(sock: AdminSocket, fs: HostFS, state: ProcessState) -> Any:
+    return lambda deadline: _query(sock, deadline, fs, state)
 
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:
@@ -388,8 +510,10 @@ def build_metrics(
     info = _family(
         GaugeMetricFamily,
         "info",
-        "The OSD's Ceph version and object store (from version and config show).",
-        ["version", "objectstore"],
+        "The OSD's Ceph version and object store (from version and config show), and the "
+        "malloc its process linked: tcmalloc, jemalloc, libc, unknown; empty when the "
+        "process was not readable (from /proc/<pid>/maps, read once per process).",
+        ["version", "objectstore", "allocator"],
     )
     hist = _family(
         HistogramMetricFamily,
@@ -404,12 +528,6 @@ def build_metrics(
     counters = [
         (key, _family(CounterMetricFamily, suffix, doc, [])) for key, suffix, doc in COUNTERS
     ]
-    by_type = _family(
-        CounterMetricFamily,
-        "ops_by_type",
-        "Client ops completed by type (op_r, op_w, op_rw).",
-        ["op"],
-    )
     gauges = [(key, _family(GaugeMetricFamily, suffix, doc, [])) for key, suffix, doc in GAUGES]
     in_flight = _family(
         GaugeMetricFamily, "ops_in_flight", "Ops in flight (dump_ops_in_flight num_ops).", []
@@ -450,8 +568,48 @@ def build_metrics(
         GaugeMetricFamily,
         "config_value",
         "Numeric OSD options that shape its performance (op shards, threads per shard, "
-        "memory target, complaint time), from config show.",
+        "memory target, complaint time), from config show; osd_op_num_shards and "
+        "osd_op_num_threads_per_shard only when set (non-zero).",
         ["option"],
+    )
+    cpu = _family(
+        CounterMetricFamily,
+        "cpu_seconds",
+        "CPU time of the OSD process, all threads, exited ones included "
+        "(/proc/<pid>/stat utime, stime).",
+        ["mode"],
+    )
+    rss = _family(
+        GaugeMetricFamily,
+        "resident_memory_bytes",
+        "Resident memory of the OSD process (/proc/<pid>/status VmRSS).",
+        [],
+    )
+    threads = _family(
+        GaugeMetricFamily, "threads", "Threads of the OSD process (/proc/<pid>/status).", []
+    )
+    switches = _family(
+        CounterMetricFamily,
+        "context_switches",
+        "Context switches of the OSD's threads (/proc/<pid>/task/*/status), voluntary "
+        "(blocked) or involuntary (preempted); exited threads keep counting.",
+        ["kind"],
+    )
+    allowed = _family(
+        GaugeMetricFamily,
+        "allowed_cpus",
+        "Online CPUs of each NUMA node the OSD's threads may run on (Cpus_allowed_list "
+        "of /proc/<pid>/task/*/status against /sys/devices/system/node); only nodes "
+        "with at least one.",
+        ["numa_node"],
+    )
+    device = _family(
+        GaugeMetricFamily,
+        "device_info",
+        "A disk under the OSD's block device (the block link of osd_data followed "
+        "through device-mapper and partitions), named like node_exporter's device "
+        "label, and its NVMe controller (empty for other disks).",
+        ["device", "controller"],
     )
 
     for o in osds:
@@ -461,7 +619,8 @@ def build_metrics(
         if not o.ok:
             continue
         assert o.counters is not None and o.ops is not None and o.config is not None
-        info.add_metric([d, o.version or "", o.config.objectstore], 1.0)
+        allocator = o.process.allocator if o.process is not None else ""
+        info.add_metric([d, o.version or "", o.config.objectstore, allocator], 1.0)
         for op, h in o.histograms.items():
             avg = o.counters.avgs.get(f"osd.{perf.OP_LATENCY_AVGS[op]}")
             if avg is None:
@@ -476,10 +635,6 @@ def build_metrics(
             n = o.counters.integers.get(key)
             if n is not None:
                 family.add_metric([d], float(n))
-        for op, key in OP_TYPES.items():
-            n = o.counters.integers.get(key)
-            if n is not None:
-                by_type.add_metric([d, op], float(n))
         for key, family in gauges:
             n = o.counters.integers.get(key)
             if n is not None:
@@ -500,8 +655,24 @@ def build_metrics(
         debug_count.add_metric([d], float(nonzero))
         for option in perf.CONFIG_OPTIONS:
             value = o.config.options.get(option)
-            if value is not None:
-                config.add_metric([d, option], value)
+            if value is None or (value == 0 and option in perf.UNSET_WHEN_ZERO):
+                continue
+            config.add_metric([d, option], value)
+        if o.process is not None:
+            p = o.process
+            cpu.add_metric([d, "user"], p.cpu_user_seconds)
+            cpu.add_metric([d, "system"], p.cpu_system_seconds)
+            if p.rss_bytes is not None:
+                rss.add_metric([d], float(p.rss_bytes))
+            threads.add_metric([d], float(p.threads))
+            switches.add_metric([d, "voluntary"], float(p.voluntary_switches))
+            switches.add_metric([d, "involuntary"], float(p.involuntary_switches))
+        for node, n in sorted((o.allowed_cpus or {}).items()):
+            allowed.add_metric([d, str(node)], float(n))
+        if o.block is not None:
+            for disk in o.block.disks:
+                for controller in disk.controllers or ("",):
+                    device.add_metric([d, disk.name, controller], 1.0)
 
     return [
         success,
@@ -510,7 +681,6 @@ def build_metrics(
         hist,
         *(f for _, f in summaries),
         *(f for _, f in counters),
-        by_type,
         *(f for _, f in gauges),
         in_flight,
         slow,
@@ -519,6 +689,12 @@ def build_metrics(
         debug_info,
         debug_count,
         config,
+        cpu,
+        rss,
+        threads,
+        switches,
+        allowed,
+        device,
     ]
 
 
