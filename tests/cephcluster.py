@@ -18,6 +18,7 @@ asks first (see ``ceph_cluster`` in tests/test_cephcluster.py). From the shell::
 
     python tests/cephcluster.py up          # start, print the paths, wait for Ctrl-C
     python tests/cephcluster.py record DIR  # record admin socket payloads (docs/ceph.md)
+    python tests/cephcluster.py record-kvstats DIR  # dump_objectstore_kv_stats replies
 """
 
 from __future__ import annotations
@@ -204,6 +205,11 @@ class CephCluster:
                     # A fixed, small cache keeps the test OSD's memory modest.
                     "bluestore_cache_autotune = false",
                     "bluestore_cache_size = 134217728",
+                    # RocksDB's compaction statistics for dump_objectstore_kv_stats
+                    # (off by default; rocksdb_perf is read when the DB opens).
+                    "rocksdb_perf = true",
+                    "rocksdb_collect_compaction_stats = true",
+                    "rocksdb_collect_extended_stats = true",
                 ]
             if osd.id == MODE_0770_OSD:
                 lines.append("admin_socket_mode = 0770")
@@ -696,8 +702,53 @@ def record(cluster: CephCluster, dest: Path) -> dict[str, Any]:
     return manifest
 
 
+def record_kv_stats(cluster: CephCluster, dest: Path) -> dict[str, Any]:
+    """Record ``dump_objectstore_kv_stats`` of the BlueStore OSD into ``dest``: with both
+    statistics sections after a small-object write load and a compaction, then with
+    only the compaction table, then with neither (an empty reply; the options changed
+    at runtime and restored). Not in :func:`record`: that would re-record every payload
+    the other tests' numbers come from. docs/ceph.md."""
+    from cephnode_exporter.ceph.asok import AdminSocket
+
+    osd_id = cluster.bluestore_ids[0]
+    sock = AdminSocket(cluster.asok(f"osd.{osd_id}"))
+    dest.mkdir(parents=True, exist_ok=True)
+    files: dict[str, dict[str, Any]] = {}
+
+    def save(name: str) -> None:
+        payload = sock.raw("dump_objectstore_kv_stats")
+        (dest / name).write_bytes(payload)
+        files[name] = {"osd": f"osd.{osd_id}", "command": "dump_objectstore_kv_stats",
+                       "bytes": len(payload)}  # fmt: skip
+
+    def option(name: str, value: str) -> None:
+        cluster.ceph("tell", f"osd.{osd_id}", "config", "set", name, value)
+
+    cluster.create_pool("reckv", size=1)
+    cluster.rados_bench("reckv", 5, mode="write", block=4096)
+    cluster.ceph("tell", f"osd.{osd_id}", "compact", timeout=120)
+    save("both.json")
+    option("rocksdb_collect_extended_stats", "false")
+    try:
+        save("compaction.json")
+        option("rocksdb_perf", "false")
+        save("off.json")
+    finally:
+        option("rocksdb_perf", "true")
+        option("rocksdb_collect_extended_stats", "true")
+    version = AdminSocket(cluster.asok(f"osd.{osd_id}")).command("version")
+    manifest = {
+        "ceph_version": version.get("version"),
+        "recorded_with": "python tests/cephcluster.py record-kvstats tests/fixtures/ceph/kvstats",
+        "files": files,
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("up", "record") or (argv[0] == "record" and len(argv) != 2):
+    commands = ("up", "record", "record-kvstats")
+    if not argv or argv[0] not in commands or (argv[0] != "up" and len(argv) != 2):
         print(__doc__, file=sys.stderr)
         return 2
     # A background job of a non-interactive shell ignores SIGINT: make both signals end
@@ -708,8 +759,9 @@ def main(argv: list[str]) -> int:
         print(f"cluster {cluster.name} up in {cluster.timings['start']:.1f} s: {cluster.timings}")
         print(f"conf: {cluster.conf}\nsockets: {cluster.socket_dir}")
         print(f"ceph: {' '.join(cluster.ceph_cmd)}", flush=True)
-        if argv[0] == "record":
-            manifest = record(cluster, Path(argv[1]))
+        if argv[0] != "up":
+            recorder = record if argv[0] == "record" else record_kv_stats
+            manifest = recorder(cluster, Path(argv[1]))
             print(json.dumps(manifest, indent=2))
             return 0
         with contextlib.suppress(KeyboardInterrupt):

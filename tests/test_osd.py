@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import socket
 import stat
@@ -31,6 +32,7 @@ import pytest
 from cephnode_exporter.ceph import perf
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
+from cephnode_exporter.collectors import osd as osd_collector
 from cephnode_exporter.collectors.osd import OSDCollectorFacts, OSDFacts
 from cephnode_exporter.hostfs import HostFS, ParseError, blockdev, numa, process
 from cephnode_exporter.profile import load_profile
@@ -321,11 +323,17 @@ def fake_node() -> Iterator[FakeNode]:
     node.close()
 
 
-def recorded_node(node: FakeNode, tree: Tree | None = None) -> FakeNode:
+def recorded_node(node: FakeNode, tree: Tree | None = None, kv: bool = False) -> FakeNode:
     """osd.0 memstore and osd.3 BlueStore, as recorded; with ``tree``, osd.3's data
-    directory is the tree's first OSD (block on device-mapper on an NVMe namespace)."""
+    directory is the tree's first OSD (block on device-mapper on an NVMe namespace); with
+    ``kv``, osd.3 keeps RocksDB statistics and replays the recorded kv stats (both
+    sections, :func:`kv_osd`)."""
     node.add(0, recorded_osd("memstore"))
-    node.add(3, recorded_osd("bluestore", osd_data=fixture_osd(tree)[1] if tree else None))
+    osd_data = fixture_osd(tree)[1] if tree else None
+    if kv:
+        node.add(3, kv_osd(kv_reply("both"), osd_data))
+    else:
+        node.add(3, recorded_osd("bluestore", osd_data=osd_data))
     return node
 
 
@@ -355,10 +363,11 @@ def impersonate(tree: Tree) -> int:
 
 def osd_collection(tree: Tree, extra: list[str] | None = None) -> Collection:
     """A collection of the reference tree with the recorded OSDs behind fake sockets, the
-    BlueStore one with the tree's first OSD's disks and process (used by
-    tests/test_metrics_doc.py too; the tree gets the link of :func:`impersonate`)."""
+    BlueStore one with the tree's first OSD's disks and process and its RocksDB
+    statistics on (used by tests/test_metrics_doc.py too; the tree gets the link of
+    :func:`impersonate`)."""
     impersonate(tree)
-    node = recorded_node(FakeNode(), tree)
+    node = recorded_node(FakeNode(), tree, kv=True)
     try:
         return collect([*tree.flags, f"--ceph.socket-dir={node.dir}", *(extra or [])])
     finally:
@@ -1100,3 +1109,375 @@ def test_fixture_osds_section_is_strict(tmp_path: Path) -> None:
     desc["osds"]["process"]["alocator"] = "tcmalloc"
     with pytest.raises(ValueError, match="unknown keys"):
         build_tree(desc, tmp_path / "b")
+
+
+# ----------------------------------------------------------------------------- RocksDB kv stats
+
+# dump_objectstore_kv_stats of the test cluster's BlueStore OSD (tests/cephcluster.py
+# record-kvstats): both sections after a small-object write load and a compaction, the
+# compaction table alone, and the empty reply without rocksdb_perf.
+KV_FIXTURES = FIXTURES / "kvstats"
+KV_DB_COUNTERS = osd_collector.KV_DB_COUNTERS
+KV_CF_COUNTERS = osd_collector.KV_CF_COUNTERS
+KV_OPTIONS = {
+    "rocksdb_perf": "true",
+    "rocksdb_collect_compaction_stats": "true",
+    "rocksdb_collect_extended_stats": "true",
+}
+
+
+def kv_reply(name: str) -> bytes:
+    return (KV_FIXTURES / f"{name}.json").read_bytes()
+
+
+def kv_osd(
+    kv: bytes, osd_data: str | None = None, options: dict[str, str] | None = None
+) -> Callable[..., None]:
+    """The recorded BlueStore OSD with RocksDB statistics on (``options`` over its config
+    show) answering ``dump_objectstore_kv_stats`` with ``kv``."""
+    config = payload("bluestore", "config show")
+    config.update(KV_OPTIONS if options is None else options)
+    config["osd_op_complaint_time"] = "2.000000"
+    if osd_data is not None:
+        config["osd_data"] = osd_data
+    return recorded_osd("bluestore", {"config show": config, "dump_objectstore_kv_stats": kv})
+
+
+def raw_lines(kv: bytes) -> list[str]:
+    """Every line of text in the reply, independently of the parser (a regex over the
+    JSON strings; the lines hold no quotes)."""
+    return re.findall(r'"[^"]*":"([^"]*)"', kv.decode())
+
+
+def ticker(kv: bytes, name: str) -> int:
+    return next(
+        int(line.split(" COUNT : ")[1])
+        for line in raw_lines(kv)
+        if line.startswith(name + " COUNT : ")
+    )
+
+
+def histogram(kv: bytes, name: str) -> tuple[int, int]:
+    line = next(line for line in raw_lines(kv) if line.startswith(name + " P50 : "))
+    words = line.split()
+    return int(words[words.index("COUNT") + 2]), int(words[words.index("SUM") + 2])
+
+
+def sum_row(kv: bytes) -> dict[str, str]:
+    lines = raw_lines(kv)
+    header = next(line for line in lines if line.startswith("Level ")).split()
+    row = next(line for line in lines if line.split()[:1] == ["Sum"]).split()
+    size = next(i for i, w in enumerate(row) if w in ("KB", "MB", "GB", "TB"))
+    row[size - 1 : size + 1] = [" ".join(row[size - 1 : size + 1])]  # "3.18 KB": one column
+    return dict(zip(header, row, strict=True))
+
+
+def test_kv_stats_the_recorded_replies() -> None:
+    from cephnode_exporter.ceph import kvstats
+
+    both = kv_reply("both")
+    # Several objects back to back with repeated keys: json.loads cannot read it whole,
+    # and would keep one line per object if it could.
+    with pytest.raises(json.JSONDecodeError, match="Extra data"):
+        json.loads(both)
+    stats = kvstats.parse_kv_stats(both)
+    assert stats is not None and stats.db is not None
+    count, micros = histogram(both, "rocksdb.compaction.times.micros")
+    assert stats.db.count == count > 0
+    assert stats.db.seconds == pytest.approx(micros / 1e6) and micros > 0
+    assert stats.db.read_bytes == ticker(both, "rocksdb.compact.read.bytes") > 0
+    assert stats.db.write_bytes == ticker(both, "rocksdb.compact.write.bytes") > 0
+    assert stats.db.flush_write_bytes == ticker(both, "rocksdb.flush.write.bytes") > 0
+    cpu_count, cpu_micros = histogram(both, "rocksdb.compaction.times.cpu_micros")
+    assert cpu_count == count
+    assert stats.db.cpu_seconds == pytest.approx(cpu_micros / 1e6)
+    assert stats.db.cpu_seconds is not None and stats.db.cpu_seconds <= stats.db.seconds
+    # The table: the default column family only (the OSD is sharded, its data is in
+    # the other column families, so the table's bytes round to 0.00 GiB).
+    row = sum_row(both)
+    assert set(stats.column_families) == {"default"}
+    cf = stats.column_families["default"]
+    assert cf.count == int(row["Comp(cnt)"]) > 0
+    assert cf.seconds == float(row["Comp(sec)"])
+    assert cf.read_bytes == cf.write_bytes == 0
+    assert cf.read_bytes < stats.db.read_bytes
+    # The compaction table alone: the same table, no statistics.
+    alone = kvstats.parse_kv_stats(kv_reply("compaction"))
+    assert alone is not None and alone.db is None
+    assert alone.column_families == stats.column_families
+    # rocksdb_perf off: an empty reply, nothing offered.
+    assert kv_reply("off") == b""
+    assert kvstats.parse_kv_stats(kv_reply("off")) is None
+    assert kvstats.parse_kv_stats(None) is None
+
+
+def kv_json(*sections: tuple[str, str, list[str]]) -> bytes:
+    """A reply as Ceph writes it: one object per section, ``key`` repeated per line."""
+    out = []
+    for name, key, lines in sections:
+        pairs = [json.dumps(name) + ':""'] + [f"{json.dumps(key)}:{json.dumps(x)}" for x in lines]
+        out.append("{" + ",".join(pairs) + "}")
+    return "".join(out).encode()
+
+
+def cf_table(cf: str, header: str, rows: list[str], cumulative: str | None = None) -> list[str]:
+    lines = ["", f"** Compaction Stats [{cf}] **", header, "-" * 40, *rows, ""]
+    if cumulative is not None:
+        lines.append(cumulative)
+    return lines
+
+
+# RocksDB 6.x as bundled with Pacific (the recorded header), an old one (Size(MB),
+# Stall(cnt), whole seconds), and 7.x (blob columns at the end).
+PACIFIC_HEADER = (
+    "Level    Files   Size     Score Read(GB)  Rn(GB) Rnp1(GB) Write(GB) Wnew(GB) "
+    "Moved(GB) W-Amp Rd(MB/s) Wr(MB/s) Comp(sec) CompMergeCPU(sec) Comp(cnt) Avg(sec) "
+    "KeyIn KeyDrop"
+)
+PACIFIC_SUM = (
+    " Sum     12/0   1.27 GB   0.0     41.3    20.1     21.2      40.8     19.6       0.0"
+    "   2.1     95.2     94.0    444.12            301.55       812    0.547    312M    11M"
+)
+OLD_HEADER = (
+    "Level    Files   Size(MB) Score Read(GB)  Rn(GB) Rnp1(GB) Write(GB) Wnew(GB) "
+    "Moved(GB) W-Amp Rd(MB/s) Wr(MB/s) Comp(sec) Comp(cnt) Avg(sec) Stall(cnt)  KeyIn KeyDrop"
+)
+OLD_SUM = (
+    " Sum     12/0   1300.55   0.0     41.3    20.1     21.2      40.8     19.6       0.0"
+    "   2.1     95.2     94.0       444       812    0.547          0    312M    11M"
+)
+REEF_HEADER = PACIFIC_HEADER + " Rblob(GB) Wblob(GB)"
+REEF_SUM = PACIFIC_SUM + "       0.0       0.0"
+CUMULATIVE = (
+    "Cumulative compaction: 40.83 GB write, 12.11 MB/s write, 41.29 GB read, "
+    "12.24 MB/s read, 444.1 seconds"
+)
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "seconds"),
+    [
+        (PACIFIC_HEADER, PACIFIC_SUM, 444.12),
+        (OLD_HEADER, OLD_SUM, 444.0),
+        (REEF_HEADER, REEF_SUM, 444.12),
+    ],
+    ids=["pacific", "old", "reef"],
+)
+def test_kv_stats_columns_by_name(header: str, row: str, seconds: float) -> None:
+    """The totals come from the named columns whatever the version's column set; the
+    bytes from the Cumulative line (two decimals) when there is one."""
+    from cephnode_exporter.ceph import kvstats
+
+    lines = cf_table("default", header, [row.replace("Sum", " L1"), row])
+    stats = kvstats.parse_kv_stats(kv_json(("rocksdb_compaction_statistics", "", lines)))
+    assert stats is not None and stats.db is None
+    assert stats.column_families == {
+        "default": kvstats.CFCompactionStats(round(41.3 * GIB), round(40.8 * GIB), seconds, 812)
+    }
+    with_line = cf_table("default", header, [row], CUMULATIVE)
+    stats = kvstats.parse_kv_stats(kv_json(("rocksdb_compaction_statistics", "", with_line)))
+    assert stats is not None
+    cf = stats.column_families["default"]
+    assert (cf.read_bytes, cf.write_bytes) == (round(41.29 * GIB), round(40.83 * GIB))
+
+
+def test_kv_stats_several_column_families_and_a_wrapping_object() -> None:
+    """Should a Ceph dump every column family, or wrap the sections in one object, the
+    parser still finds them; the Priority table repeating the totals is not a level
+    table."""
+    from cephnode_exporter.ceph import kvstats
+
+    priority = PACIFIC_HEADER.replace("Level   ", "Priority")
+    lines = [
+        *cf_table("default", PACIFIC_HEADER, [PACIFIC_SUM]),
+        *cf_table("default", priority, [PACIFIC_SUM.replace("Sum", "Low")]),
+        *cf_table("O-0", PACIFIC_HEADER, [PACIFIC_SUM.replace("812", "  7")]),
+    ]
+    inner = kv_json(("rocksdb_compaction_statistics", "", lines)).decode()
+    wrapped = ('{"rocksdb_statistics":' + inner + ',"other":{"x":[1,2]}}').encode()
+    for reply_ in (inner.encode(), wrapped):
+        stats = kvstats.parse_kv_stats(reply_)
+        assert stats is not None
+        assert {k: v.count for k, v in stats.column_families.items()} == {"default": 812, "O-0": 7}
+    # Objects without either section (the memtable usage alone) offer nothing.
+    assert kvstats.parse_kv_stats(b'{"rocksdb_memtable_statistics":{"a":"1"}}') is None
+
+
+STATS_LINES = [
+    "rocksdb.compact.read.bytes COUNT : 1000",
+    "rocksdb.compact.write.bytes COUNT : 900",
+    "rocksdb.compaction.times.micros P50 : 1.000000 P95 : 2.000000 P99 : 2.000000 "
+    "P100 : 2.000000 COUNT : 3 SUM : 2500000",
+]
+
+
+def test_kv_stats_statistics_without_optional_entries() -> None:
+    """Only the read/write tickers and the time histogram are required: an older RocksDB
+    without cpu_micros, or without flush bytes, leaves those None."""
+    from cephnode_exporter.ceph import kvstats
+
+    stats = kvstats.parse_kv_stats(kv_json(("rocksdb_extended_statistics", ".", STATS_LINES)))
+    assert stats == kvstats.KVStats(
+        {}, kvstats.DBCompactionStats(1000, 900, 2.5, 3, cpu_seconds=None, flush_write_bytes=None)
+    )
+
+
+def table(*rows: str, header: str = PACIFIC_HEADER) -> bytes:
+    """A compaction-table reply of the default column family."""
+    return kv_json(("rocksdb_compaction_statistics", "", cf_table("default", header, list(rows))))
+
+
+def extended(*lines: str) -> bytes:
+    return kv_json(("rocksdb_extended_statistics", ".", list(lines)))
+
+
+@pytest.mark.parametrize(
+    ("reply_", "message"),
+    [
+        (b"\xff\xfe", "not UTF-8"),
+        (b"not json", "not JSON"),
+        (b'{"a":1} trailing', "not JSON"),
+        (b"[1, 2]", "not an object"),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b'{"rocksdb_compaction_statistics":"","":1}', "not a line of text"),
+        (kv_json(("rocksdb_compaction_statistics", "", ["garbage", "more"])), "no Compaction"),
+        (table(PACIFIC_SUM.replace("Sum", " L0")), "without a Sum row"),
+        (table(PACIFIC_SUM.replace("41.3", "n/a")), "'n/a' is not a number"),
+        (table(PACIFIC_SUM.replace("41.3", "-1.0")), "not a non-negative number"),
+        (table(PACIFIC_SUM.replace("812", "8.5")), "not a count"),
+        (table(PACIFIC_SUM.replace("  0.547", "")), "columns, the header"),
+        (table(PACIFIC_SUM, header=PACIFIC_HEADER.replace("Comp(cnt)", "Cnt")), "Comp(cnt)"),
+        (extended(*STATS_LINES[:2]), "compaction.times"),
+        (extended("nothing here"), "compact.read"),
+        (extended(*STATS_LINES) + extended(*STATS_LINES), "twice"),
+    ],
+)
+def test_kv_stats_garbage_is_a_parse_error(reply_: bytes, message: str) -> None:
+    from cephnode_exporter.ceph import kvstats
+
+    with pytest.raises(kvstats.KVStatsParseError, match=re.escape(message)):
+        kvstats.parse_kv_stats(reply_)
+    assert issubclass(kvstats.KVStatsParseError, perf.PerfParseError)
+
+
+@pytest.mark.parametrize(
+    ("options", "wanted"),
+    [
+        ({}, False),  # Ceph's defaults
+        ({"rocksdb_perf": "true"}, False),
+        ({"rocksdb_collect_compaction_stats": "true"}, False),  # empty without rocksdb_perf
+        ({"rocksdb_perf": "true", "rocksdb_collect_compaction_stats": "true"}, True),
+        ({"rocksdb_perf": "true", "rocksdb_collect_extended_stats": "true"}, True),
+        ({"rocksdb_perf": "true", "rocksdb_collect_memory_stats": "true"}, False),
+    ],
+)
+def test_kv_stats_are_asked_for_only_when_kept(options: dict[str, str], wanted: bool) -> None:
+    from cephnode_exporter.ceph import kvstats
+
+    config = payload("bluestore", "config show")
+    config.update(options)
+    assert kvstats.wanted(config) is wanted
+    assert kvstats.wanted(None) is False
+
+
+def kv_requests(node: FakeNode, osd_id: int) -> int:
+    return sum(b'"dump_objectstore_kv_stats"' in r for r in node.servers[osd_id].requests)
+
+
+def test_collector_kv_stats_of_the_recorded_osd(osd_tree: Tree, fake_node: FakeNode) -> None:
+    """osd.3 with the statistics on replays the recorded reply: whole-DB counters and the
+    default column family's; osd.0 (memstore, options off) is never asked and has none."""
+    both = kv_reply("both")
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(3, kv_osd(both))
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    o3 = {"ceph_daemon": "osd.3"}
+    assert value(c, "cephnode_osd_scrape_success", **o3) == 1
+    count, micros = histogram(both, "rocksdb.compaction.times.micros")
+    assert value(c, "cephnode_osd_rocksdb_compactions_total", **o3) == count
+    assert value(c, "cephnode_osd_rocksdb_compaction_seconds_total", **o3) == micros / 1e6
+    for metric, name in (("read", "compact.read"), ("write", "compact.write")):
+        got = value(c, f"cephnode_osd_rocksdb_compaction_{metric}_bytes_total", **o3)
+        assert got == ticker(both, f"rocksdb.{name}.bytes")
+    flushed = value(c, "cephnode_osd_rocksdb_flush_write_bytes_total", **o3)
+    assert flushed == ticker(both, "rocksdb.flush.write.bytes")
+    cpu = histogram(both, "rocksdb.compaction.times.cpu_micros")[1] / 1e6
+    assert value(c, "cephnode_osd_rocksdb_compaction_cpu_seconds_total", **o3) == cpu
+    row = sum_row(both)
+    cf = {"column_family": "default", **o3}
+    assert value(c, "cephnode_osd_rocksdb_cf_compactions_total", **cf) == int(row["Comp(cnt)"])
+    assert value(c, "cephnode_osd_rocksdb_cf_compaction_seconds_total", **cf) == float(
+        row["Comp(sec)"]
+    )
+    assert value(c, "cephnode_osd_rocksdb_cf_compaction_read_bytes_total", **cf) == 0
+    kv_names = {f"cephnode_osd_{suffix}_total" for _, suffix, _ in KV_DB_COUNTERS + KV_CF_COUNTERS}
+    assert not [k for k in samples(c) if k[0] in kv_names and ("ceph_daemon", "osd.0") in k[1]]
+    assert kv_requests(fake_node, 3) == 1 and kv_requests(fake_node, 0) == 0
+
+
+def test_collector_kv_stats_off_empty_and_broken(
+    osd_tree: Tree, fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the recorded defaults the command is never sent; with the options on but an
+    empty reply (rocksdb_perf changed at runtime, say) there are no series and no error;
+    the table alone gives the column family's series only; a garbled reply fails that
+    OSD alone, with reason parse."""
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
+    caplog.set_level(logging.WARNING, logger="cephnode_exporter.collectors.osd")
+    fake_node.add(1, recorded_osd("bluestore"))  # Ceph's defaults: all off
+    fake_node.add(2, kv_osd(kv_reply("off")))
+    fake_node.add(
+        3,
+        kv_osd(
+            kv_reply("compaction"),
+            options={"rocksdb_perf": "true", "rocksdb_collect_compaction_stats": "true"},
+        ),
+    )
+    fake_node.add(4, kv_osd(b'{"rocksdb_compaction_statistics":"","":"garbage"}'))
+    fake_node.add(5, recorded_osd("memstore"))
+    c = collect(flags)
+    ids = range(1, 6)
+    states = {i: value(c, "cephnode_osd_scrape_success", ceph_daemon=f"osd.{i}") for i in ids}
+    assert states == {1: 1, 2: 1, 3: 1, 4: 0, 5: 1}
+    assert [kv_requests(fake_node, i) for i in range(1, 6)] == [0, 1, 1, 1, 0]
+    kv_names = tuple(
+        f"cephnode_osd_{suffix}_total" for _, suffix, _ in KV_DB_COUNTERS + KV_CF_COUNTERS
+    )
+    kv_series = {(k[0], dict(k[1])["ceph_daemon"]) for k in samples(c) if k[0] in kv_names}
+    assert kv_series == {
+        (f"cephnode_osd_rocksdb_cf_{m}_total", "osd.3")
+        for m in (
+            "compaction_read_bytes",
+            "compaction_write_bytes",
+            "compaction_seconds",
+            "compactions",
+        )
+    }
+    failures = [
+        (r.kv["ceph_daemon"], r.kv["reason"])
+        for r in caplog.records  # type: ignore[attr-defined]
+        if r.getMessage() == "OSD admin socket query failed"
+    ]
+    assert failures == [("osd.4", "parse")]
+
+
+def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeNode) -> None:
+    """The budget of test_series_per_osd_stay_under_budget is for Ceph's defaults. With
+    both statistics on, the BlueStore OSD gets 6 whole-DB counters and 4 per column
+    family Ceph dumps (the default one): 118 + 10 = 128 (docs/metrics.md)."""
+    config = payload("bluestore", "config show")
+    for key, val in config.items():
+        if key.startswith("debug_") and "/" in val:
+            config[key] = "0/0"
+    config.update(KV_OPTIONS)
+    config["osd_data"] = fixture_osd(osd_tree)[1]
+    idle = {"ops": [], "num_ops": 0}
+    replies = {
+        "config show": config,
+        "dump_ops_in_flight": idle,
+        "dump_objectstore_kv_stats": kv_reply("both"),
+    }
+    fake_node.add(3, recorded_osd("bluestore", replies))
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert len(osd_series(c, "osd.3")) == 118 + 10

@@ -94,7 +94,8 @@ ALLOWED_COMMANDS: Mapping[str, Allowed] = MappingProxyType(
         "config get": Allowed(frozenset({"var"})),
         "status": Allowed(),
         "version": Allowed(),
-        # Empty unless the store keeps RocksDB statistics (rocksdb_perf / collect options).
+        # Empty unless rocksdb_perf and a rocksdb_collect_* option are true; then several
+        # JSON objects back to back with repeated keys: read it with raw() (ceph/kvstats.py).
         "dump_objectstore_kv_stats": Allowed(),
         # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only.
         "bluefs stats": Allowed(text=True),

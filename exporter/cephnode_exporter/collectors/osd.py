@@ -27,6 +27,9 @@ Why this shape:
   namespace), an OSD without a block device (memstore, a file-backed BlueStore) or an
   unreadable file leaves those series out with a logged reason; the OSD's own series and
   ``scrape_success`` do not depend on them.
+- RocksDB compaction totals (``dump_objectstore_kv_stats``) only from an OSD whose
+  ``config show`` says it keeps them (``rocksdb_perf`` and a ``rocksdb_collect_*`` option,
+  all off by default): at Ceph's defaults the command is never sent.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
-from cephnode_exporter.ceph import perf
+from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, QueryPool
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
@@ -161,6 +164,81 @@ GAUGES: tuple[tuple[str, str, str], ...] = (
         "RocksDB compaction ranges waiting (compact_queue_len).",
     ),
 )
+# (KVStats.db attribute, metric name suffix without _total, help) of the whole-DB RocksDB
+# statistics (rocksdb_perf when the OSD started and rocksdb_collect_extended_stats).
+_DB_ONLY = (
+    " From RocksDB's statistics (every column family, exact), offered only with "
+    "rocksdb_perf true when the OSD started and rocksdb_collect_extended_stats; kept "
+    "since the OSD started."
+)
+KV_DB_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    (
+        "read_bytes",
+        "rocksdb_compaction_read_bytes",
+        "Bytes RocksDB compactions read (rocksdb.compact.read.bytes)." + _DB_ONLY,
+    ),
+    (
+        "write_bytes",
+        "rocksdb_compaction_write_bytes",
+        "Bytes RocksDB compactions wrote (rocksdb.compact.write.bytes)." + _DB_ONLY,
+    ),
+    (
+        "seconds",
+        "rocksdb_compaction_seconds",
+        "Wall time of RocksDB compaction jobs (rocksdb.compaction.times.micros sum); "
+        "compaction throughput is rate(read+write bytes) / rate(this)." + _DB_ONLY,
+    ),
+    (
+        "count",
+        "rocksdb_compactions",
+        "RocksDB compaction jobs, background and manual (rocksdb.compaction.times.micros "
+        "count)." + _DB_ONLY,
+    ),
+    (
+        "cpu_seconds",
+        "rocksdb_compaction_cpu_seconds",
+        "CPU time of RocksDB compaction jobs (rocksdb.compaction.times.cpu_micros sum)." + _DB_ONLY,
+    ),
+    (
+        "flush_write_bytes",
+        "rocksdb_flush_write_bytes",
+        "Bytes RocksDB memtable flushes wrote to L0 (rocksdb.flush.write.bytes): what "
+        "compaction rewrites; write amplification is rate(compaction + flush bytes "
+        "written) / rate(this)." + _DB_ONLY,
+    ),
+)
+# The same from one column family's rocksdb.stats table (Sum row), which Ceph dumps for
+# the default column family only.
+_CF_ONLY = (
+    " From the column family's rocksdb.stats table (rocksdb_perf and "
+    "rocksdb_collect_compaction_stats): Ceph dumps the default column family only, which "
+    "on an OSD created sharded (Pacific and later) holds a small part of the data; "
+    "flushes count as compactions into L0; kept since the OSD started."
+)
+KV_CF_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    (
+        "read_bytes",
+        "rocksdb_cf_compaction_read_bytes",
+        "Bytes compactions of the column family read, in steps of 0.01 GiB (the "
+        "Cumulative compaction line; 0.1 GiB from the table without it)." + _CF_ONLY,
+    ),
+    (
+        "write_bytes",
+        "rocksdb_cf_compaction_write_bytes",
+        "Bytes compactions of the column family wrote, in steps of 0.01 GiB (0.1 GiB "
+        "from the table)." + _CF_ONLY,
+    ),
+    (
+        "seconds",
+        "rocksdb_cf_compaction_seconds",
+        "Time compactions of the column family took, in steps of 0.01 s (Comp(sec))." + _CF_ONLY,
+    ),
+    (
+        "count",
+        "rocksdb_cf_compactions",
+        "Compactions of the column family (Comp(cnt))." + _CF_ONLY,
+    ),
+)
 # Where cephadm keeps an OSD's data directory on the host (cephadm's get_data_dir():
 # <data_dir>/<fsid>/<type>.<id>, data_dir /var/lib/ceph); inside the container, where
 # config show's osd_data points, it is mounted as /var/lib/ceph/osd/ceph-<id>.
@@ -180,6 +258,7 @@ class OSDFacts:
     ops: perf.OpsInFlight | None = None
     config: perf.OSDConfig | None = None
     version: str | None = None
+    kv: kvstats.KVStats | None = None  # None: the OSD keeps no RocksDB statistics
     # Host facts; None with the reason in *_note (a fact: no pid visible, no block
     # device) or *_error (a read error, counted).
     pid: int | None = None
@@ -218,6 +297,7 @@ class _Replies:
     ops: Any = None
     config: Any = None
     version: Any = None
+    kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
     pid: int | None = None
     process: ProcessSample | None = None
     process_note: str | None = None
@@ -232,6 +312,8 @@ def _query(sock: AdminSocket, deadline: float, fs: HostFS, state: ProcessState) 
     r.perf = sock.command("perf dump", deadline=deadline)
     r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
     r.config = sock.command("config show", deadline=deadline)
+    if kvstats.wanted(r.config):
+        r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
     r.version = sock.command("version", deadline=deadline)
     # The process after the commands: a failure here must not fail the OSD.
     try:
@@ -260,6 +342,7 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     facts.counters = perf.parse_perf_dump(replies.perf)
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
     facts.version = perf.parse_version(replies.version)
+    facts.kv = kvstats.parse_kv_stats(replies.kv_stats)
     facts.pid = replies.pid
     facts.process = replies.process
     facts.process_note = replies.process_note
@@ -603,6 +686,14 @@ def build_metrics(
         "with at least one.",
         ["numa_node"],
     )
+    kv_db = [
+        (attr, _family(CounterMetricFamily, suffix, doc, []))
+        for attr, suffix, doc in KV_DB_COUNTERS
+    ]
+    kv_cf = [
+        (attr, _family(CounterMetricFamily, suffix, doc, ["column_family"]))
+        for attr, suffix, doc in KV_CF_COUNTERS
+    ]
     device = _family(
         GaugeMetricFamily,
         "device_info",
@@ -669,6 +760,15 @@ def build_metrics(
             switches.add_metric([d, "involuntary"], float(p.involuntary_switches))
         for node, n in sorted((o.allowed_cpus or {}).items()):
             allowed.add_metric([d, str(node)], float(n))
+        if o.kv is not None:
+            if o.kv.db is not None:
+                for attr, family in kv_db:
+                    n = getattr(o.kv.db, attr)
+                    if n is not None:
+                        family.add_metric([d], float(n))
+            for cf, stats in sorted(o.kv.column_families.items()):
+                for attr, family in kv_cf:
+                    family.add_metric([d, cf], float(getattr(stats, attr)))
         if o.block is not None:
             for disk in o.block.disks:
                 for controller in disk.controllers or ("",):
@@ -694,6 +794,8 @@ def build_metrics(
         threads,
         switches,
         allowed,
+        *(f for _, f in kv_db),
+        *(f for _, f in kv_cf),
         device,
     ]
 
