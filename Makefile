@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test bench lint format deps venv golden clean
+.PHONY: run test bench lint format deps venv golden dashboards clean
 
 # A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
 $(VENV)/.stamp: setup.cfg pyproject.toml
@@ -28,26 +28,32 @@ run: venv
 	$(VENV)/bin/cephnode-exporter $(ARGS)
 
 test: venv deps
-	$(PY) -m ruff check exporter tests
-	$(PY) -m ruff format --check exporter tests
+	$(PY) -m ruff check exporter tests dashboards
+	$(PY) -m ruff format --check exporter tests dashboards
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
 bench: venv deps
 	$(PY) tests/bench/bench.py $(ARGS)
 	$(PY) tests/bench/bench_kprofile.py $(KPROFILE_ARGS)
+	$(PY) tests/bench/bench_rules.py
 
 lint: venv
-	$(PY) -m ruff check exporter tests
-	$(PY) -m ruff format --check exporter tests
+	$(PY) -m ruff check exporter tests dashboards
+	$(PY) -m ruff format --check exporter tests dashboards
 
 format: venv
-	$(PY) -m ruff format exporter tests
-	$(PY) -m ruff check --fix exporter tests
+	$(PY) -m ruff format exporter tests dashboards
+	$(PY) -m ruff check --fix exporter tests dashboards
 
 # Rewrite the golden exposition files after an intended change; review the diff.
 golden: venv deps
 	$(PY) -m pytest tests/test_golden.py --update-golden
+
+# Rewrite the Grafana dashboards (dashboards/*.json) from dashboards/generate.py; review
+# and commit the diff (tests/test_dashboards.py fails while they differ).
+dashboards:
+	$(PYTHON) dashboards/generate.py
 
 clean:
 	rm -rf $(VENV) build exporter/*.egg-info .pytest_cache .ruff_cache
