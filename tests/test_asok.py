@@ -350,6 +350,31 @@ def test_peer_pid_is_the_listening_process(short_dir: Path) -> None:
         child.wait()
 
 
+def test_a_command_records_its_peer_pid(short_dir: Path) -> None:
+    """The pid of a command's peer is kept, so the collector needs no connection of its
+    own for it; a child process answering one command is the peer."""
+    path = short_dir / "child.asok"
+    code = (
+        "import socket, struct\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.bind({str(path)!r}); s.listen(5)\n"
+        "print('ready', flush=True)\n"
+        "c, _ = s.accept(); c.recv(1024)\n"
+        "c.sendall(struct.pack('>I', 2) + b'{}'); c.close()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        sock = AdminSocket(path, timeout=TIMEOUT)
+        assert sock.last_peer is None
+        assert sock.command("version") == {}
+        assert sock.last_peer == (child.pid,)
+        assert sock.seen_peer_pid() == child.pid  # the child accepts no second connection
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_one_request_at_a_time_per_socket(serve: Callable[..., FakeServer]) -> None:
     def slow(conn: socket.socket, request: bytes, stop: threading.Event) -> None:
         time.sleep(0.1)

@@ -1481,3 +1481,119 @@ def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeN
     fake_node.add(3, recorded_osd("bluestore", replies))
     c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
     assert len(osd_series(c, "osd.3")) == 118 + 10
+
+
+# ----------------------------------------------------------------------------- config cache
+
+
+def _prefixes(server: Any) -> list[str]:
+    return [json.loads(r.rstrip(b"\0"))["prefix"] for r in server.requests if r]
+
+
+def test_config_and_version_are_reused_within_the_interval(
+    osd_tree: Tree, fake_node: FakeNode
+) -> None:
+    """One exporter, three scrapes: config show and version are asked once in the
+    interval, the counters every scrape, and no extra connection is made for the pid
+    (it comes from a command's connection)."""
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    fake_node.add(3, recorded_osd("bluestore"))
+    server = fake_node.servers[3]
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
+    for interval, config_asks in (("60", 1), ("0", 3)):
+        server.requests.clear()
+        accepted = server.accepted
+        scraper = build_scraper(
+            parse_args(["dump", *flags, f"--collector.osd.config-interval={interval}"])
+        )
+        try:
+            results = [scraper.collect(10.0) for _ in range(3)]
+        finally:
+            scraper.close()
+        for c in results:
+            assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1
+            info = [dict(k[1]) for k in samples(c) if k[0] == "cephnode_osd_info"]
+            assert [(i["version"], i["objectstore"]) for i in info] == [("16.2.15", "bluestore")]
+            assert value(c, "cephnode_osd_config_value", ceph_daemon="osd.3",
+                         option="osd_op_complaint_time") == 2  # fmt: skip
+        asked = _prefixes(server)
+        assert asked.count("config show") == config_asks, (interval, asked)
+        assert asked.count("version") == config_asks
+        assert asked.count("perf dump") == asked.count("perf histogram dump") == 3
+        assert server.accepted - accepted == len(asked)  # no connection without a request
+
+
+def test_a_config_reply_that_does_not_parse_is_asked_again(
+    osd_tree: Tree, fake_node: FakeNode
+) -> None:
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    broken = {"version": {"version": 16}}  # not a version string: a parse error
+    fake_node.add(3, recorded_osd("bluestore", overrides=broken))
+    server = fake_node.servers[3]
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
+    scraper = build_scraper(parse_args(["dump", *flags]))
+    try:
+        for _ in range(2):
+            c = scraper.collect(10.0)
+            assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 0
+    finally:
+        scraper.close()
+    assert _prefixes(server).count("version") == 2
+
+
+class _ScriptedSocket:
+    """Stands in for AdminSocket in :func:`osd_collector._query`: answers from the
+    recorded payloads and reports the peer pid it is told."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.asked: list[str] = []
+        self.pid = pid
+        self.last_peer: tuple[int | None] | None = None
+
+    def command(self, prefix: str, **_: Any) -> Any:
+        self.asked.append(prefix)
+        self.last_peer = (self.pid,)
+        return payload("bluestore", prefix)
+
+    def raw(self, prefix: str, **_: Any) -> bytes:
+        self.asked.append(prefix)
+        return b""
+
+    def seen_peer_pid(self, **_: Any) -> int | None:
+        return self.pid
+
+
+def test_a_restarted_osd_is_asked_for_its_config_at_once(tmp_path: Path) -> None:
+    """The cache is keyed by the socket's peer pid: a new pid (restart) refetches within
+    the interval; an invisible pid (None) relies on the interval alone."""
+    from cephnode_exporter.hostfs.process import ProcessState
+
+    fs = HostFS(sysfs=str(tmp_path), procfs=str(tmp_path), rootfs=str(tmp_path))
+    cache = osd_collector.ConfigCache()
+
+    def scrape(pid: int | None, interval: float = 60) -> list[str]:
+        sock = _ScriptedSocket(pid)
+        replies = osd_collector._query(sock, time.monotonic() + 5, fs, ProcessState(), cache,
+                                       interval)  # type: ignore[arg-type]  # fmt: skip
+        facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
+        osd_collector.parse_replies(facts, replies)
+        assert facts.version == "16.2.15" and facts.config is not None
+        return sock.asked
+
+    assert "config show" in scrape(100)
+    assert "config show" not in scrape(100)
+    assert "config show" in scrape(101)  # restarted
+    assert "config show" not in scrape(101)
+    assert "config show" in scrape(101, interval=0)
+    assert "config show" in scrape(None)
+    assert "config show" not in scrape(None)
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "3601"])
+def test_config_interval_flag_is_validated(bad: str) -> None:
+    from cephnode_exporter.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["dump", f"--collector.osd.config-interval={bad}"])

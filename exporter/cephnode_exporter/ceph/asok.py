@@ -241,6 +241,9 @@ class AdminSocket:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_reply_bytes = max_reply_bytes
+        # SO_PEERCRED of the last command's connection: the pid without a connection of
+        # its own (see peer_pid()). None until a command connected, or when unreadable.
+        self.last_peer: tuple[int | None] | None = None
 
     def __repr__(self) -> str:
         return f"AdminSocket({self.path!r})"
@@ -292,6 +295,13 @@ class AdminSocket:
         pid, _uid, _gid = _UCRED.unpack(creds)
         return pid if pid > 0 else None
 
+    def seen_peer_pid(self, *, deadline: float | None = None) -> int | None:
+        """:meth:`peer_pid`, taken from the last command's connection when there was one
+        (one connection fewer per scrape), else asked on a connection of its own."""
+        if self.last_peer is not None:
+            return self.last_peer[0]
+        return self.peer_pid(deadline=deadline)
+
     # ------------------------------------------------------------------ internals
 
     def _deadline(self, deadline: float | None) -> float:
@@ -314,6 +324,13 @@ class AdminSocket:
         with self._locked(prefix, deadline):
             sock = self._connect(prefix, deadline)
             try:
+                try:
+                    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+                except OSError:
+                    self.last_peer = None
+                else:
+                    pid = _UCRED.unpack(creds)[0]
+                    self.last_peer = (pid if pid > 0 else None,)
                 self._send(sock, prefix, request, deadline)
                 header = self._recv_exact(
                     sock, prefix, _LENGTH.size, deadline, "reply length", start

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,11 @@ log = logging.getLogger(__name__)
 # Seconds all OSDs together may take. Healthy OSDs answer the five commands in about
 # 5 ms (docs/ceph.md); the budget only matters for a stopped or overloaded OSD.
 DEFAULT_TIMEOUT = 2.0
+# Seconds a config show and version reply is reused (0: fetched every scrape). They change
+# on `ceph config set` and restarts, and config show is the largest JSON of a scrape
+# (68 KB, 0.7 ms to decode and parse per OSD): refetched at once when the OSD's pid
+# changes (a restart), so a new version or object store is never stale.
+DEFAULT_CONFIG_INTERVAL = 60.0
 # Share of --collector.timeout the OSD queries may use, leaving time to parse and
 # build metrics before the scraper abandons the collector.
 TIMEOUT_SHARE = 0.8
@@ -289,6 +295,30 @@ class OSDCollectorFacts:
 
 
 @dataclass
+class ConfigCache:
+    """One OSD's last ``config show`` and ``version``, reused for ``interval`` seconds.
+
+    The task thread decides and fetches; the collector thread parses a fresh reply and
+    stores the result (or clears the cache when it does not parse, so the next scrape
+    asks again). A pid of None (not visible) relies on the interval alone.
+    """
+
+    pid: int | None = None
+    fetched: float = float("-inf")
+    config: perf.OSDConfig | None = None
+    version: str | None = None
+    kv_wanted: bool = False
+
+    def fresh(self, pid: int | None, now: float, interval: float) -> bool:
+        return (
+            self.config is not None
+            and self.version is not None
+            and pid == self.pid
+            and now - self.fetched < interval
+        )
+
+
+@dataclass
 class _Replies:
     """The raw JSON replies of one OSD, gathered within the deadline."""
 
@@ -298,26 +328,46 @@ class _Replies:
     config: Any = None
     version: Any = None
     kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
+    cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
+    fetched: bool = True  # config and version are in this reply (then parsed into cache)
     pid: int | None = None
     process: ProcessSample | None = None
     process_note: str | None = None
     process_error: str | None = None
 
 
-def _query(sock: AdminSocket, deadline: float, fs: HostFS, state: ProcessState) -> _Replies:
+def _query(
+    sock: AdminSocket,
+    deadline: float,
+    fs: HostFS,
+    state: ProcessState,
+    cache: ConfigCache,
+    interval: float,
+) -> _Replies:
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
     r = _Replies()
     r.histograms = sock.command("perf histogram dump", logger="osd", deadline=deadline)
+    # The pid of that connection's peer tells a restarted OSD from the cached one.
+    seen = sock.last_peer
     r.perf = sock.command("perf dump", deadline=deadline)
     r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
-    r.config = sock.command("config show", deadline=deadline)
-    if kvstats.wanted(r.config):
+    now = time.monotonic()
+    r.cache = cache
+    if seen is not None and cache.fresh(seen[0], now, interval):
+        r.fetched = False
+    else:
+        r.config = sock.command("config show", deadline=deadline)
+        r.version = sock.command("version", deadline=deadline)
+        cache.config, cache.version = None, None  # until the collector parsed them
+        cache.pid = seen[0] if seen is not None else None
+        cache.fetched = now
+        cache.kv_wanted = kvstats.wanted(r.config)
+    if cache.kv_wanted:
         r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
-    r.version = sock.command("version", deadline=deadline)
     # The process after the commands: a failure here must not fail the OSD.
     try:
-        r.pid = sock.peer_pid(deadline=deadline)
+        r.pid = sock.seen_peer_pid(deadline=deadline)
     except AsokError as exc:
         r.process_error = f"peer pid: {exc}"
         return r
@@ -337,11 +387,19 @@ def _query(sock: AdminSocket, deadline: float, fs: HostFS, state: ProcessState) 
 
 def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`."""
-    facts.config = perf.parse_config(replies.config)
+    cache = replies.cache
+    if not replies.fetched and cache is not None:
+        facts.config, facts.version = cache.config, cache.version
+    else:
+        facts.config = perf.parse_config(replies.config)
+        facts.version = perf.parse_version(replies.version)
+    assert facts.config is not None
     facts.histograms = perf.parse_op_histograms(replies.histograms)
     facts.counters = perf.parse_perf_dump(replies.perf)
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
-    facts.version = perf.parse_version(replies.version)
+    if replies.fetched and cache is not None:
+        # Kept only once everything parsed: a bad reply is asked for again next scrape.
+        cache.config, cache.version = facts.config, facts.version
     facts.kv = kvstats.parse_kv_stats(replies.kv_stats)
     facts.pid = replies.pid
     facts.process = replies.process
@@ -372,6 +430,10 @@ class OSDCollector(Collector):
         self._last_error: dict[str, str | None] = {}
         self._last_host: dict[str, tuple[str | None, str | None]] = {}
         self._proc_states: dict[str, ProcessState] = {}
+        self._config_caches: dict[str, ConfigCache] = {}
+        self._config_interval = float(
+            getattr(opts, "collector_osd_config_interval", DEFAULT_CONFIG_INTERVAL)
+        )
         # Per-subsystem debug series: the profile's list by default (Pacific leaves 62 of 64
         # subsystems at non-zero defaults such as 1/5: all of them would be ~60 series per
         # OSD of noise); every non-zero one with --collector.osd.all-debug-levels.
@@ -401,6 +463,16 @@ class OSDCollector(Collector):
             "--collector.timeout; default: %(default)s)",
         )
 
+        parser.add_argument(
+            "--collector.osd.config-interval",
+            dest="collector_osd_config_interval",
+            type=_seconds,
+            default=DEFAULT_CONFIG_INTERVAL,
+            metavar="SECONDS",
+            help="reuse each OSD's config show and version replies this long (debug "
+            "levels and options show changes after at most this; a restarted OSD is "
+            "asked at once; 0: every scrape; default: %(default)s)",
+        )
         parser.add_argument(
             "--collector.osd.all-debug-levels",
             dest="collector_osd_all_debug_levels",
@@ -438,7 +510,8 @@ class OSDCollector(Collector):
         for s in sockets:
             sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
             state = self._proc_states.setdefault(s.path, ProcessState())
-            tasks[s.path] = _task(sock, self.ctx.fs, state)
+            cache = self._config_caches.setdefault(s.path, ConfigCache())
+            tasks[s.path] = _task(sock, self.ctx.fs, state, cache, self._config_interval)
         results = self._pool.run(tasks, self._timeout)
         numa_nodes = self._numa_nodes(errors)
         osds = []
@@ -537,7 +610,7 @@ class OSDCollector(Collector):
     def _forget(self, present: set[str]) -> None:
         for path in set(self._last_error) - present:
             del self._last_error[path]
-        for cache in (self._last_host, self._proc_states):
+        for cache in (self._last_host, self._proc_states, self._config_caches):
             for path in set(cache) - present:
                 del cache[path]
 
@@ -553,8 +626,20 @@ class OSDCollector(Collector):
         return build_metrics(facts.osds, self._debug_subsystems)
 
 
-def _task(sock: AdminSocket, fs: HostFS, state: ProcessState) -> Any:
-    return lambda deadline: _query(sock, deadline, fs, state)
+def _task(
+    sock: AdminSocket, fs: HostFS, state: ProcessState, cache: ConfigCache, interval: float
+) -> Any:
+    return lambda deadline: _query(sock, deadline, fs, state, cache, interval)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in [0, 3600]: {text}")
+    return value
 
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:
