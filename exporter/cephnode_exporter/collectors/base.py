@@ -73,6 +73,24 @@ class Collector(ABC):
 REGISTRY: dict[str, type[Collector]] = {}
 
 
+def bounded(kind: type, lo: float, hi: float, unit: str = "") -> Any:
+    """An argparse type: a number of ``kind`` (int or float) within [lo, hi], so a flag's
+    bad value is a usage error (exit 2) naming the range, never a late surprise."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            of = f" of {unit}" if unit else ""
+            raise argparse.ArgumentTypeError(f"not {what}{of}: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo:g}, {hi:g}]: {text}")
+        return value
+
+    return parse
+
+
 def register(cls: type[Collector]) -> type[Collector]:
     """Class decorator: make a collector known to the command line and the scraper."""
     if cls.name in REGISTRY:

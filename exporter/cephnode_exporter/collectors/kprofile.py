@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    bounded,
+    metric_name,
+    register,
+)
 from cephnode_exporter.kprofile.classify import CLASSES, SampleClass
 from cephnode_exporter.kprofile.runner import COUNTED, PerfConfig, Window
 from cephnode_exporter.kprofile.sampler import Sampler
@@ -45,19 +51,6 @@ class KprofileFacts:
     sampled_seconds: float
     windows: Mapping[str, int]  # windows per result
     window: Window  # the latest completed window
-
-
-def _bounded(kind: type, lo: float, hi: float) -> object:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo:g}, {hi:g}]: {text}")
-        return value
-
-    return parse
 
 
 @register
@@ -97,7 +90,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.frequency",
             dest="collector_kprofile_frequency",
-            type=_bounded(int, 1, 1000),
+            type=bounded(int, 1, 1000),
             default=49,
             metavar="HZ",
             help="samples per second on each CPU while a window runs (default: %(default)s)",
@@ -105,7 +98,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.duration",
             dest="collector_kprofile_duration",
-            type=_bounded(float, 0.01, 600),
+            type=bounded(float, 0.01, 600),
             default=5.0,
             metavar="SECONDS",
             help="length of a sampling window (default: %(default)s)",
@@ -113,7 +106,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.interval",
             dest="collector_kprofile_interval",
-            type=_bounded(float, 0.01, 86400),
+            type=bounded(float, 0.01, 86400),
             default=60.0,
             metavar="SECONDS",
             help="a window starts every this many seconds (default: %(default)s)",
@@ -121,7 +114,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.grace",
             dest="collector_kprofile_grace",
-            type=_bounded(float, 0.1, 600),
+            type=bounded(float, 0.1, 600),
             default=15.0,
             metavar="SECONDS",
             help="time a window may take beyond its duration before perf is killed "
@@ -130,7 +123,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.max-rss",
             dest="collector_kprofile_max_rss",
-            type=_bounded(int, 16, 65536),
+            type=bounded(int, 16, 65536),
             default=128,
             metavar="MIB",
             help="resident memory each perf process may use before it is killed "
@@ -139,7 +132,7 @@ class KprofileCollector(Collector):
         parser.add_argument(
             "--collector.kprofile.top",
             dest="collector_kprofile_top",
-            type=_bounded(int, 0, 50),
+            type=bounded(int, 0, 50),
             default=5,
             metavar="N",
             help="spin-lock caller functions exported per window (default: %(default)s)",

@@ -58,7 +58,13 @@ from cephnode_exporter.ceph.discovery import (
     OSDSocket,
     discover_osd_sockets,
 )
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    bounded,
+    metric_name,
+    register,
+)
 from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
 from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, find_osd_block
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
@@ -466,7 +472,7 @@ class OSDCollector(Collector):
         parser.add_argument(
             "--collector.osd.config-interval",
             dest="collector_osd_config_interval",
-            type=_seconds,
+            type=bounded(float, 0, 3600, "seconds"),
             default=DEFAULT_CONFIG_INTERVAL,
             metavar="SECONDS",
             help="reuse each OSD's config show and version replies this long (debug "
@@ -630,16 +636,6 @@ def _task(
     sock: AdminSocket, fs: HostFS, state: ProcessState, cache: ConfigCache, interval: float
 ) -> Any:
     return lambda deadline: _query(sock, deadline, fs, state, cache, interval)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in [0, 3600]: {text}")
-    return value
 
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:

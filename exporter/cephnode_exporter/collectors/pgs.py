@@ -30,7 +30,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cephnode_exporter.ceph.librados import ClientSettings, MonCommandClient, client_name
 from cephnode_exporter.ceph.pgs import COMMAND, STATES, PGListing, parse_pg_ls
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    bounded,
+    metric_name,
+    register,
+)
 
 DEFAULT_CONF = "/etc/ceph/ceph.conf"
 DEFAULT_NAME = "client.cephnode-exporter"
@@ -52,16 +58,6 @@ def _name(text: str) -> str:
         return client_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if not 1 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"must be in [1, 60]: {text}")
-    return value
 
 
 def effective_timeout(requested: int, collector_timeout: float) -> int:
@@ -122,7 +118,7 @@ class PGsCollector(Collector):
         parser.add_argument(
             "--collector.pgs.timeout",
             dest="collector_pgs_timeout",
-            type=_seconds,
+            type=bounded(int, 1, 60, "seconds"),
             default=DEFAULT_TIMEOUT,
             metavar="SECONDS",
             help="whole seconds for connecting to the mons, and again for the query "
