@@ -5,8 +5,9 @@ does to its socket and what the mgr exports can only be trusted when they come f
 daemons themselves. The cluster is small and private: one mon, one mgr (prometheus module
 on a free loopback port), memstore OSDs (no disk) and one BlueStore OSD on a sparse file
 (the only way to get ``bluestore``, ``rocksdb`` and ``bluefs`` counters). Everything lives in
-one temporary directory, under a unique cluster name and fsid, with ``auth none`` and every
-address on 127.0.0.1, so it never touches a system cluster or the network.
+one temporary directory, under a unique cluster name and fsid, with ``auth none`` (or cephx,
+``auth="cephx"``, for tests of keys and caps) and every address on 127.0.0.1, so it never
+touches a system cluster or the network.
 
 Daemons run in the foreground (``-f``) as children of this process, with
 ``PR_SET_PDEATHSIG`` so that they die with it even if pytest is killed; :meth:`stop` kills
@@ -52,6 +53,7 @@ TOOLS = {
     "ceph": "ceph-common",
     "rados": "ceph-common",
     "monmaptool": "ceph-base",
+    "ceph-authtool": "ceph-common",
 }
 
 # BlueStore needs a block device or a file; a sparse file costs no disk until written.
@@ -119,6 +121,9 @@ class CephCluster:
 
     memstore_osds: int = 3
     bluestore_osds: int = 1
+    # "none", or "cephx": every daemon and client authenticates; the CLI (ceph_cmd) uses
+    # client.admin's key (admin_keyring), daemons their own keys in their data dirs.
+    auth: str = "none"
     base: Path | None = None
     keep: bool = field(default_factory=lambda: os.environ.get("CEPHNODE_KEEP_CLUSTER") == "1")
     name: str = field(default_factory=lambda: "cnx" + secrets.token_hex(3))
@@ -129,9 +134,12 @@ class CephCluster:
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.auth not in ("none", "cephx"):
+            raise ValueError(f"auth must be none or cephx, not {self.auth!r}")
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="cephnode-", dir="/tmp"))
-            # Traversable by others (nothing secret: auth none), for the permission tests.
+            # Traversable by others, for the permission tests (with cephx its keyrings
+            # are here too: throwaway keys of a private cluster).
             self.base.chmod(0o711)
         self.base.mkdir(parents=True, exist_ok=True)
         self.mon_port = free_port()
@@ -171,6 +179,11 @@ class CephCluster:
 
     def bluestore_block(self, osd_id: int) -> Path:
         return self.root / f"osd.{osd_id}.block"
+
+    @property
+    def admin_keyring(self) -> Path:
+        """client.admin's keyring (cephx only): every cap on mon, mgr, osd and mds."""
+        return self.root / "client.admin.keyring"
 
     @property
     def prometheus_url(self) -> str:
@@ -223,9 +236,9 @@ class CephCluster:
             "ms_bind_ipv6 = false\n"
             "public_addr = 127.0.0.1\n"
             "cluster_addr = 127.0.0.1\n"
-            "auth_cluster_required = none\n"
-            "auth_service_required = none\n"
-            "auth_client_required = none\n"
+            f"auth_cluster_required = {self.auth}\n"
+            f"auth_service_required = {self.auth}\n"
+            f"auth_client_required = {self.auth}\n"
             f"run_dir = {b}/run\n"
             f"log_file = {b}/log/$name.log\n"
             f"pid_file = {b}/run/$name.pid\n"
@@ -243,7 +256,10 @@ class CephCluster:
             "osd_crush_chooseleaf_type = 0\n"
             # DOMAIN.md section 5: a grace of 8 s makes a stopped replica's PGs laggy fast.
             "osd_heartbeat_grace = 8\n"
-            "\n[mon]\n"
+            # Clients (the CLI) find client.admin's key here; the daemons default to
+            # $<type>_data/keyring, so this is the client section's alone.
+            + (f"\n[client]\nkeyring = {self.admin_keyring}\n" if self.auth == "cephx" else "")
+            + "\n[mon]\n"
             f"mon_data = {b}/mon/$cluster-$id\n"
             f"admin_socket = {b}/run/$cluster-$name.asok\n"
             f"mon_cluster_log_file = {b}/log/cluster.log\n"
@@ -343,9 +359,12 @@ class CephCluster:
             what="monmaptool",
         )  # fmt: skip
         self._run(
-            ["ceph-mon", *self._common_args(), "--mkfs", "-i", "a", "--monmap", str(monmap)],
+            [
+                "ceph-mon", *self._common_args(), "--mkfs", "-i", "a", "--monmap", str(monmap),
+                *self._mon_keyring_args(),
+            ],
             what="ceph-mon --mkfs",
-        )
+        )  # fmt: skip
         self.daemons["mon.a"] = self._spawn(
             "mon.a", ["ceph-mon", *self._common_args(), "-f", "-i", "a"]
         )
@@ -359,6 +378,11 @@ class CephCluster:
             "config", "set", "mgr", "mgr/prometheus/server_port", str(self.prometheus_port),
             "--force",
         )  # fmt: skip
+        if self.auth == "cephx":
+            mgr_data = self.root / "mgr" / f"{self.name}-x"
+            mgr_data.mkdir()
+            self._daemon_key("mgr.x", mgr_data, "mon", "allow profile mgr", "osd", "allow *",
+                             "mds", "allow *")  # fmt: skip
         self.daemons["mgr.x"] = self._spawn(
             "mgr.x", ["ceph-mgr", *self._common_args(), "-f", "-i", "x"]
         )
@@ -367,7 +391,11 @@ class CephCluster:
             got = int(self.ceph("osd", "new", osd.uuid).strip())
             if got != osd.id:
                 raise ClusterError(f"ceph osd new gave id {got}, expected {osd.id}")
-            (self.root / "osd" / f"{self.name}-{osd.id}").mkdir()
+            osd_data = self.root / "osd" / f"{self.name}-{osd.id}"
+            osd_data.mkdir()
+            if self.auth == "cephx":
+                self._daemon_key(osd.name, osd_data, "mon", "allow profile osd", "mgr",
+                                 "allow profile osd", "osd", "allow *")  # fmt: skip
         # mkfs in parallel: the BlueStore one (RocksDB on a fresh file) takes seconds.
         mkfs = {
             osd.id: subprocess.Popen(
@@ -400,6 +428,29 @@ class CephCluster:
             self._start_osd(osd)
         self.wait_osds_up(deadline=deadline)
         self.timings["osds_up"] = time.monotonic() - t0
+
+    def _mon_keyring_args(self) -> list[str]:
+        """With cephx: the mon. key and client.admin's for ``ceph-mon --mkfs --keyring``,
+        client.admin's also in :attr:`admin_keyring` for the CLI."""
+        if self.auth != "cephx":
+            return []
+        mon_keyring = self.root / "mon.keyring"
+        authtool = ["ceph-authtool", "--create-keyring", "--gen-key"]
+        self._run([*authtool, "-n", "mon.", "--cap", "mon", "allow *", str(mon_keyring)])
+        self._run(
+            [
+                *authtool, "-n", "client.admin", "--cap", "mon", "allow *", "--cap", "mgr",
+                "allow *", "--cap", "osd", "allow *", "--cap", "mds", "allow *",
+                str(self.admin_keyring),
+            ]
+        )  # fmt: skip
+        self._run(["ceph-authtool", str(mon_keyring), "--import-keyring", str(self.admin_keyring)])
+        return ["--keyring", str(mon_keyring)]
+
+    def _daemon_key(self, entity: str, data_dir: Path, *caps: str) -> None:
+        """Create the daemon's key with ``caps`` into ``data_dir/keyring``, where the
+        daemon looks by default."""
+        self.ceph("auth", "get-or-create", entity, *caps, "-o", str(data_dir / "keyring"))
 
     def _start_osd(self, osd: OSD) -> None:
         osd.proc = self._spawn(

@@ -13,11 +13,13 @@ collector"):
   on the system python3, so it is). Anything else is a clear error naming the package.
 - **Commands go through the monitor, not the mgr.** ``pg ls`` is a mgr command, and the
   mons proxy mgr commands to the active mgr (so a key with only ``mon 'allow r'`` may
-  run it). The difference that matters is the timeout: ``rados_mon_op_timeout`` makes a
-  mon command fail cleanly with ETIMEDOUT (the MonClient cancels it), while the same
-  timeout on ``mgr_command`` returns early but leaves the command registered with
-  pointers into the returned stack frame: when the mgr answers late the process aborts
-  ("double free or corruption", reproduced with a SIGSTOPped mgr; ceph tracker #65985).
+  run it: tested with cephx in tests/test_pgs_cephx.py; the ``ceph`` CLI, which sends it
+  to the mgr directly, is refused without mgr caps). The difference that matters is the
+  timeout: ``rados_mon_op_timeout`` makes a mon command fail cleanly with ETIMEDOUT (the
+  MonClient cancels it), while the same timeout on ``mgr_command`` returns early but
+  leaves the command registered with pointers into the returned stack frame: when the
+  mgr answers late the process aborts ("double free or corruption", reproduced with a
+  SIGSTOPped mgr; ceph tracker #65985).
 - **Every call is bounded by Ceph's own timeouts**: ``client_mount_timeout`` for
   connecting (authentication with the mons) and ``rados_mon_op_timeout`` for the
   command, both whole seconds. One connection is kept across scrapes and dropped after
