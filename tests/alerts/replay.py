@@ -366,18 +366,33 @@ class Timeline:
     pending: dict[float, list[tuple[str, dict[str, str]]]]
 
 
+# promtool evaluates a group at the rule manager's timestamps: the interval's grid shifted
+# by an offset hashed from the group's name and file path (rules/group.go, EvalTimestamp).
+# Every level and window is written as the same group name in a file of the same relative
+# name, so all recorded series share one offset, the same in every run: with offsets that
+# differ between levels, a rule reading a recorded series of another level would read it
+# one evaluation late, and alerts comparing two such series would see them skewed.
+REPLAY_GROUP = "replay"
+REPLAY_FILE = "rules.yml"
+
+
 def _write_level_rules(rules: list[Rule], path: Path) -> None:
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    groups: dict[float, list[dict[str, Any]]] = {}
     for r in rules:
-        groups.setdefault((r.group, r.interval_s), []).append(
+        groups.setdefault(r.interval_s, []).append(
             {"record": r.name, "expr": r.expr, **({"labels": dict(r.labels)} if r.labels else {})}
         )
     doc = {
         "groups": [
-            {"name": name, "interval": f"{int(interval)}s", "rules": rs}
-            for (name, interval), rs in groups.items()
+            {
+                "name": f"{REPLAY_GROUP}-{int(interval)}s",
+                "interval": f"{int(interval)}s",
+                "rules": rs,
+            }
+            for interval, rs in groups.items()
         ]
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -415,12 +430,13 @@ def _promtool_rules(url: str, task: tuple[Path, float, float], out: Path) -> Non
     shutil.rmtree(out, ignore_errors=True)
     res = subprocess.run(
         ["promtool", "tsdb", "create-blocks-from", "rules", "-q", f"--url={url}",
-         f"--start={int(start)}", f"--end={int(end)}", f"--output-dir={out}", str(rule_file)],
-        capture_output=True, text=True, timeout=3600, check=False,
+         f"--start={int(start)}", f"--end={int(end)}", f"--output-dir={out.resolve()}",
+         rule_file.name],
+        capture_output=True, text=True, timeout=3600, check=False, cwd=rule_file.parent,
     )  # fmt: skip
     if res.returncode != 0:
         raise RuntimeError(
-            f"create-blocks-from rules {rule_file.name}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
+            f"create-blocks-from rules {rule_file}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
         )
 
 
@@ -448,7 +464,7 @@ def backfill_recording_rules(
             subset = [r for r in level if wanted[w] is None or r.name in wanted[w]]
             if not subset:
                 continue
-            rule_file = workdir / f"level{n}-window{w}.rules.yml"
+            rule_file = workdir / f"level{n}-window{w}" / REPLAY_FILE
             _write_level_rules(subset, rule_file)
             step = min(r.interval_s for r in subset)
             for a, b in _chunks(start, end, step, jobs):
