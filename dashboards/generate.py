@@ -1568,18 +1568,22 @@ def node() -> dict[str, Any]:
         [
             timeseries(
                 "p99 and p50 $op latency per OSD",
-                "Each OSD's p99 (and p50, dashed) from the recorded per-OSD quantiles, "
-                "against the fleet median of the OSDs' p99 (white, dashed). All OSDs of the node "
-                "above the fleet: the host is detuned; one OSD above: its drive, link or "
-                "shard threads.",
+                "Each OSD's p99 (recorded) and p50 (dashed, computed here from the node's "
+                "own buckets: no alert needs it fleet-wide), against the fleet median of the "
+                "OSDs' p99 (white, dashed). All OSDs of the node above the fleet: the host "
+                "is detuned; one OSD above: its drive, link or shard threads.",
                 [
                     target(
                         "ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m{<OSDS>, "
                         'op="$op"}',
                         "{{ceph_daemon}} p99",
                     ),
+                    # Where the recorded p99 exists: at least 1 op/s, as for the p99.
                     target(
-                        "ceph_daemon_op:cephnode_osd_op_latency_seconds:p50_rate5m{<OSDS>, "
+                        "histogram_quantile(0.5, sum by (ceph_daemon, le) (rate("
+                        'cephnode_osd_op_latency_seconds_bucket{<OSDS>, op="$op"}[5m])))'
+                        " and on (ceph_daemon) "
+                        "ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m{<OSDS>, "
                         'op="$op"}',
                         "{{ceph_daemon}} p50",
                     ),
