@@ -32,6 +32,7 @@ because the allocator cannot change while it runs.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import threading
@@ -119,13 +120,42 @@ class ThreadStatus:
     cpus_allowed: frozenset[int]
 
 
+# The lines of a task's status that are used. A status has some 55 lines and an OSD some
+# 100 threads, read every scrape: finding these six is a quarter of the cost of splitting
+# every line (measured: 57 against 15 us per thread, 100 threads).
+_STATUS_KEYS = (
+    "Name",
+    "Threads",
+    "VmRSS",
+    "Cpus_allowed_list",
+    "voluntary_ctxt_switches",
+    "nonvoluntary_ctxt_switches",
+)
+
+
+def _status_values(text: str) -> dict[str, str]:
+    text = "\n" + text  # every key then follows a newline ("voluntary" is in "nonvoluntary")
+    values = {}
+    for key in _STATUS_KEYS:
+        start = text.find(f"\n{key}:")
+        if start < 0:
+            continue
+        start += len(key) + 2
+        end = text.find("\n", start)
+        values[key] = text[start : None if end < 0 else end].strip()
+    return values
+
+
+@functools.lru_cache(maxsize=64)
+def _cpus(cpulist: str) -> frozenset[int]:
+    """A task's Cpus_allowed_list, parsed once per distinct list (an OSD's threads share
+    one or a few)."""
+    return frozenset(parse_cpulist(cpulist))
+
+
 def parse_status(text: str, path: str = "status") -> ThreadStatus:
     """``/proc/<pid>/status`` (or a task's) -> :class:`ThreadStatus`."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            values[key] = value.strip()
+    values = _status_values(text)
 
     def count(key: str, required: bool = True) -> int | None:
         value = values.get(key)
@@ -138,12 +168,12 @@ def parse_status(text: str, path: str = "status") -> ThreadStatus:
             raise ParseError(path, f"{key} is not a count: {value[:20]!r}")
         return int(number)
 
-    try:
-        cpus = frozenset(parse_cpulist(values.get("Cpus_allowed_list", "")))
-    except ValueError as exc:
-        raise ParseError(path, f"Cpus_allowed_list: {exc}") from None
     if "Cpus_allowed_list" not in values:
         raise ParseError(path, "no Cpus_allowed_list line")
+    try:
+        cpus = _cpus(values["Cpus_allowed_list"])
+    except ValueError as exc:
+        raise ParseError(path, f"Cpus_allowed_list: {exc}") from None
     rss_kib = count("VmRSS", required=False)
     return ThreadStatus(
         name=values.get("Name", ""),
