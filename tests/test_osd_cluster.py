@@ -112,11 +112,14 @@ def test_stopped_replica_under_write_load(
         pool_id = osd_cluster.create_pool("osdstall", size=2, pg_num=16)
         pgs = osd_cluster.pgs(pool_id)
         # A memstore replica of some PG whose primary is another OSD.
-        victim, primary = next(
-            (p["acting"][1], p["acting_primary"])
+        victim = next(
+            p["acting"][1]
             for p in pgs
             if len(p["acting"]) == 2 and p["acting"][1] in osd_cluster.memstore_ids
         )
+        # The bench keeps 16 ops in flight: once all are stuck on PGs the victim
+        # replicates, which of those PGs' primaries hold them is chance.
+        primaries = {p["acting_primary"] for p in pgs if p["acting"][1:] == [victim]}
         bench = osd_cluster.bench_background("osdstall", 20, mode="write", block=4096)
         try:
             time.sleep(1.5)
@@ -129,10 +132,15 @@ def test_stopped_replica_under_write_load(
                 expected = 0 if osd_id == victim else 1
                 got = value(c, "cephnode_osd_scrape_success", ceph_daemon=f"osd.{osd_id}")
                 assert got == expected, (osd_id, victim)
+            stuck_on = {
+                i: value(c, "cephnode_osd_ops_in_flight_by_flag_point",
+                         ceph_daemon=f"osd.{i}", flag_point="waiting for sub ops") or 0
+                for i in primaries
+            }  # fmt: skip
+            primary = max(stuck_on, key=lambda i: stuck_on[i])
             p = f"osd.{primary}"
-            waiting = value(c, "cephnode_osd_ops_in_flight_by_flag_point", ceph_daemon=p,
-                            flag_point="waiting for sub ops")  # fmt: skip
-            assert waiting and waiting > 0, (p, victim)
+            waiting = stuck_on[primary]
+            assert waiting > 0, (stuck_on, victim)
             assert (value(c, "cephnode_osd_slow_ops", ceph_daemon=p) or 0) > 0
             assert (value(c, "cephnode_osd_oldest_op_age_seconds", ceph_daemon=p) or 0) > 2
             assert value(c, "cephnode_osd_config_value", ceph_daemon=p,
