@@ -625,11 +625,11 @@ CHECK_STATUS = (
 
 # The OSD p99 of one op type and device class over the fleet median of the same class.
 P99_OSD = (
-    'ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m{<FLEET>, op="$op",'
+    'ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<FLEET>, op="$op",'
     ' device_class=~"$device_class"}'
 )
 FLEET_MEDIAN_OF_OSD_P99 = (
-    "cluster_device_class_op:cephnode_osd_op_latency_seconds:quantile_ceph_daemon_p99_rate5m"
+    "cluster_device_class_op:cephnode_osd_op_latency_quantile_seconds:quantile_ceph_daemon_p99"
     '{<FLEET>, op="$op", device_class=~"$device_class", quantile="0.5"}'
 )
 
@@ -717,23 +717,25 @@ def fleet() -> dict[str, Any]:
         [
             timeseries(
                 "p99 $op latency per host vs the fleet median",
-                "Each host's p99 over all its OSDs' ops, against the median of the hosts' "
-                "p99 in the same device class (white, dashed). A detuned node (deep "
+                "Each host's p99 over all its OSDs' ops (the histogram its exporter pools "
+                "per disk media), against the median of the hosts' p99 of the same media "
+                "(white, dashed). A detuned node (deep "
                 "C-states, IOMMU lock contention, powersave governor) lifts all its OSDs "
                 "together: its line "
                 "stays above the median at every load, while a load swing moves the median "
                 "with it. Recorded series; only hosts with at least 1 op/s.",
                 [
+                    # Per media, not per $device_class: media is the exporter's view of
+                    # the disks (nvme, ssd, hdd), which the mgr's classes may rename.
                     target(
-                        "instance_op:cephnode_osd_op_latency_seconds:p99_rate5m{<FLEET>, "
-                        'op="$op", device_class=~"$device_class"}',
-                        "{{instance}}",
+                        "instance_media_op:cephnode_osd_host_op_latency_seconds:p99_rate5m"
+                        '{<FLEET>, op="$op"}',
+                        "{{instance}} {{media}}",
                     ),
                     target(
-                        "cluster_device_class_op:cephnode_osd_op_latency_seconds:"
-                        'quantile_instance_p99_rate5m{<FLEET>, op="$op", '
-                        'device_class=~"$device_class", quantile="0.5"}',
-                        "fleet median ({{device_class}})",
+                        "cluster_media_op:cephnode_osd_host_op_latency_seconds:"
+                        'quantile_instance_p99_rate5m{<FLEET>, op="$op", quantile="0.5"}',
+                        "fleet median ({{media}})",
                     ),
                 ],
                 unit="s",
@@ -749,8 +751,8 @@ def fleet() -> dict[str, Any]:
                 "signature of a detuned node rather than of a failing drive.",
                 [
                     target(
-                        "topk(15, instance_op:cephnode_osd_op_latency_seconds:"
-                        'quantile_ceph_daemon_p99_rate5m{<FLEET>, op="$op", '
+                        "topk(15, instance_op:cephnode_osd_op_latency_quantile_seconds:"
+                        'quantile_ceph_daemon_p99{<FLEET>, op="$op", '
                         'device_class=~"$device_class"} / on (cluster, device_class, op) '
                         f"group_left {FLEET_MEDIAN_OF_OSD_P99})",
                         "{{instance}}",
@@ -1574,7 +1576,7 @@ def node() -> dict[str, Any]:
                 "is detuned; one OSD above: its drive, link or shard threads.",
                 [
                     target(
-                        "ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m{<OSDS>, "
+                        "ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<OSDS>, "
                         'op="$op"}',
                         "{{ceph_daemon}} p99",
                     ),
@@ -1583,13 +1585,13 @@ def node() -> dict[str, Any]:
                         "histogram_quantile(0.5, sum by (ceph_daemon, le) (rate("
                         'cephnode_osd_op_latency_seconds_bucket{<OSDS>, op="$op"}[5m])))'
                         " and on (ceph_daemon) "
-                        "ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m{<OSDS>, "
+                        "ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<OSDS>, "
                         'op="$op"}',
                         "{{ceph_daemon}} p50",
                     ),
                     target(
-                        "cluster_device_class_op:cephnode_osd_op_latency_seconds:"
-                        'quantile_ceph_daemon_p99_rate5m{cluster="$cluster", op="$op", '
+                        "cluster_device_class_op:cephnode_osd_op_latency_quantile_seconds:"
+                        'quantile_ceph_daemon_p99{cluster="$cluster", op="$op", '
                         'quantile="0.5"}',
                         "fleet median p99 ({{device_class}})",
                     ),

@@ -73,9 +73,9 @@ def test_histograms_of_the_recorded_payloads(kind: str) -> None:
         edges = [e for e, _ in h.buckets]
         counts = [n for _, n in h.buckets]
         assert edges[0] == pytest.approx(100e-6) and edges[1] == pytest.approx(200e-6)
-        assert edges[-2] == pytest.approx(100e-6 * 2**17)  # 13.1 s, the last kept edge
+        assert edges[-2] == pytest.approx(100e-6 * 2**16)  # 6.55 s, the last kept edge
         assert edges[-1] == math.inf and counts[-1] == h.count
-        assert len(h.buckets) == 19
+        assert len(h.buckets) == 18
         assert counts == sorted(counts)  # cumulative
         assert all(b > a for a, b in itertools.pairwise(edges))
         # The edges are nanoseconds, not the axis' "usec": perf dump's sum (seconds) lies
@@ -267,31 +267,104 @@ def test_version() -> None:
 # ----------------------------------------------------------------------------- fake OSDs
 
 
-def recorded_osd(
-    kind: str, overrides: dict[str, Any] | None = None, osd_data: str | None = None
-) -> Callable[..., None]:
+class RecordedOSD:
     """A handler answering like the recorded OSD. The config reply carries the 2 s
     complaint time that was in effect when the ops in flight were recorded, and
-    ``osd_data`` (an OSD directory of the fixture tree) when given."""
-    replies = {}
-    for command in COMMAND_FILES:
-        data = payload(kind, command)
-        if command == "config show":
-            data["osd_op_complaint_time"] = "2.000000"
-            if osd_data is not None:
-                data["osd_data"] = osd_data
-        replies[command] = json.dumps(data).encode()
-    for command, data in (overrides or {}).items():
-        replies[command] = data if isinstance(data, bytes) else json.dumps(data).encode()
+    ``osd_data`` (an OSD directory of the fixture tree) when given; :meth:`set` changes a
+    reply between scrapes (an OSD under load, a restart)."""
 
-    def handler(conn: socket.socket, request: bytes, stop: threading.Event) -> None:
+    def __init__(
+        self, kind: str, overrides: dict[str, Any] | None = None, osd_data: str | None = None
+    ) -> None:
+        self.kind = kind
+        self.replies: dict[str, bytes] = {}
+        for command in COMMAND_FILES:
+            data = payload(kind, command)
+            if command == "config show":
+                data["osd_op_complaint_time"] = "2.000000"
+                if osd_data is not None:
+                    data["osd_data"] = osd_data
+            self.set(command, data)
+        for command, data in (overrides or {}).items():
+            self.set(command, data)
+
+    def set(self, command: str, data: Any) -> None:
+        self.replies[command] = data if isinstance(data, bytes) else json.dumps(data).encode()
+
+    def __call__(self, conn: socket.socket, request: bytes, stop: threading.Event) -> None:
         if not request:
             return  # peer_pid(): connect and close, as the daemon sees it
         prefix = json.loads(request.rstrip(b"\0"))["prefix"]
-        data = replies.get(prefix)
+        data = self.replies.get(prefix)
         conn.sendall(reply(data if data is not None else b"ERROR: (22) Invalid argument\n"))
 
-    return handler
+
+def recorded_osd(
+    kind: str, overrides: dict[str, Any] | None = None, osd_data: str | None = None
+) -> RecordedOSD:
+    return RecordedOSD(kind, overrides, osd_data)
+
+
+# Latency row 6 of the OSD's axis is [1.6 ms, 3.2 ms) (docs/metrics.md); ops added there
+# by the tests take 2.4 ms each.
+BUSY_ROW, BUSY_LOW, BUSY_HIGH = 6, 0.0016, 0.0032
+BUSY_LATENCY = 0.0024
+
+
+def busier(osd: RecordedOSD, ops: int, restarted: bool = False) -> None:
+    """Make ``osd`` answer with ``ops`` more ops of every type in :data:`BUSY_ROW`, in its
+    histograms and in perf dump's avgcount and sum. ``restarted``: a fresh process that
+    did only those ops since the last call (every count back to 0 first)."""
+    hist = json.loads(osd.replies["perf histogram dump"])
+    dump = json.loads(osd.replies["perf dump"])
+    for op, name in perf.OP_HISTOGRAMS.items():
+        values = hist["osd"][name]["values"]
+        avg = dump["osd"][perf.OP_LATENCY_AVGS[op]]
+        if restarted:
+            for row in values:
+                row[:] = [0] * len(row)
+            avg["avgcount"], avg["sum"] = 0, 0.0
+        values[BUSY_ROW][0] += ops
+        avg["avgcount"] += ops
+        avg["sum"] += ops * BUSY_LATENCY
+    osd.set("perf histogram dump", hist)
+    osd.set("perf dump", dump)
+
+
+class Clock:
+    """The osd collector's clock, stepped by the test (latency windows of minutes)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def osd_scraper(flags: list[str]) -> tuple[Any, Clock]:
+    """A scraper as the CLI builds it whose osd collector reads the returned clock."""
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    scraper = build_scraper(parse_args(["dump", *flags]))
+    clock = Clock()
+    osd = next(c for c in scraper._collectors if c.name == "osd")
+    osd.clock = clock  # type: ignore[attr-defined]
+    return scraper, clock
+
+
+def busy_collection(flags: list[str], node: FakeNode, ops: int = 600) -> Collection:
+    """Two scrapes a minute apart with ``ops`` more ops of each type (10 op/s at 600) on
+    every OSD of ``node`` in between: the second, with the p99 series."""
+    scraper, clock = osd_scraper(flags)
+    try:
+        scraper.collect(10.0)
+        for server in node.servers.values():
+            assert isinstance(server.handler, RecordedOSD)
+            busier(server.handler, ops)
+        clock.now += 60
+        return scraper.collect(10.0)
+    finally:
+        scraper.close()
 
 
 class FakeNode:
@@ -364,12 +437,12 @@ def impersonate(tree: Tree) -> int:
 def osd_collection(tree: Tree, extra: list[str] | None = None) -> Collection:
     """A collection of the reference tree with the recorded OSDs behind fake sockets, the
     BlueStore one with the tree's first OSD's disks and process and its RocksDB
-    statistics on (used by tests/test_metrics_doc.py too; the tree gets the link of
-    :func:`impersonate`)."""
+    statistics on, after a minute of 10 op/s per op type (so the p99 series are there;
+    used by tests/test_metrics_doc.py too; the tree gets the link of :func:`impersonate`)."""
     impersonate(tree)
     node = recorded_node(FakeNode(), tree, kv=True)
     try:
-        return collect([*tree.flags, f"--ceph.socket-dir={node.dir}", *(extra or [])])
+        return busy_collection([*tree.flags, f"--ceph.socket-dir={node.dir}", *(extra or [])], node)
     finally:
         node.close()
 
@@ -438,7 +511,8 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
     assert value(c, "cephnode_osd_op_latency_seconds_sum", **w) == pytest.approx(35.093693269)
     assert value(c, "cephnode_osd_op_latency_seconds_bucket", le="+Inf", **w) == 2298
     assert value(c, "cephnode_osd_op_latency_seconds_bucket", le="0.0001", **w) is not None
-    assert value(c, "cephnode_osd_op_latency_seconds_bucket", le="13.1072", **w) is not None
+    assert value(c, "cephnode_osd_op_latency_seconds_bucket", le="6.5536", **w) is not None
+    assert value(c, "cephnode_osd_op_latency_seconds_bucket", le="13.1072", **w) is None
     assert value(c, "cephnode_osd_op_latency_seconds_count", ceph_daemon="osd.0", op="read") == 2011
     # BlueStore and RocksDB series for the BlueStore OSD only.
     blue = "cephnode_osd_bluestore_kv_sync_latency_seconds_count"
@@ -467,10 +541,12 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
 
 
 def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -> None:
-    """Under 120 series per OSD with every debug level 0 (a tuned OSD) and no ops in
-    flight; each non-zero debug subsystem adds one, each busy flag point one.
+    """Under 120 series per OSD with every debug level 0 (a tuned OSD), no ops in flight
+    and at least 1 op/s of each type (so each has its p99); each non-zero debug subsystem
+    adds one, each busy flag point one.
 
-    The BlueStore OSD's 118: 3 x 21 op latency histogram series; 13 stage summaries x 2;
+    The BlueStore OSD's 118: 3 x 20 op latency histogram series (17 finite edges up to
+    6.5536 s, +Inf, _sum, _count) and 3 p99 gauges; 13 stage summaries x 2;
     counters ops, in/out bytes, compact, compact_range (5); gauges pgs, ops_in_progress,
     compact_queue_length, ops_in_flight, slow_ops, oldest_op_age, debug_nonzero (7);
     config_value x 6 (the _hdd/_ssd shard and thread options, memory target, complaint
@@ -478,9 +554,12 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     info (3); the process: cpu user/system, RSS, threads, two context-switch kinds (6),
     allowed_cpus of the one NUMA node (1), device_info (1). The room for the process came
     from ops_by_type (3 series equal to the histograms' _count), compact_queue_merge and
-    the two unset options (dropped), and the allocator, a label of info.
-    The memstore OSD's 96: no BlueStore/RocksDB summaries (-16), RocksDB counters and
-    queue gauge (-3), device (-1)."""
+    the two unset options (dropped), and the allocator, a label of info; the p99 gauges'
+    from the histograms' 13.1 s edge. The memstore OSD's 96: no BlueStore/RocksDB
+    summaries (-16), RocksDB counters and queue gauge (-3), device (-1).
+    The pooled per-host histograms (cephnode_osd_host_op_latency_seconds) carry no
+    ceph_daemon: they are series per host, per op type and media (20 each), however
+    many OSDs the host has, and not in these counts."""
     tuned = {}
     for kind in KINDS:
         tuned[kind] = payload(kind, "config show")
@@ -492,7 +571,10 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     for osd_id, kind in ((3, "bluestore"), (0, "memstore")):
         replies = {"config show": tuned[kind], "dump_ops_in_flight": idle}
         fake_node.add(osd_id, recorded_osd(kind, replies))
-    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    c = busy_collection([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD],
+                        fake_node)  # fmt: skip
+    quantiles = [k for k in osd_series(c, "osd.3") if k[0].endswith("_quantile_seconds")]
+    assert len(quantiles) == 3
     assert len(osd_series(c, "osd.3")) == 118
     assert len(osd_series(c, "osd.0")) == 96
     results = {r.subject: r.status for r in c.results if r.check == "osd.debug_levels"}
@@ -1479,7 +1561,8 @@ def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeN
         "dump_objectstore_kv_stats": kv_reply("both"),
     }
     fake_node.add(3, recorded_osd("bluestore", replies))
-    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    c = busy_collection([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD],
+                        fake_node)  # fmt: skip
     assert len(osd_series(c, "osd.3")) == 118 + 10
 
 
@@ -1597,3 +1680,212 @@ def test_config_interval_flag_is_validated(bad: str) -> None:
 
     with pytest.raises(SystemExit):
         parse_args(["dump", f"--collector.osd.config-interval={bad}"])
+
+
+# ----------------------------------------------------------------------------- latency
+
+P99 = "cephnode_osd_op_latency_quantile_seconds"
+POOLED = "cephnode_osd_host_op_latency_seconds"
+OPS = tuple(perf.OP_HISTOGRAMS)
+
+
+def p99s(c: Collection) -> dict[tuple[str, str], float]:
+    """(ceph_daemon, op) -> the exported p99 (each with quantile="0.99")."""
+    out = {}
+    for (name, labels), v in samples(c).items():
+        if name == P99:
+            lab = dict(labels)
+            assert lab["quantile"] == "0.99"
+            out[(lab["ceph_daemon"], lab["op"])] = v
+    return out
+
+
+def test_p99_needs_a_second_read_and_1_op_per_second(osd_tree: Tree, fake_node: FakeNode) -> None:
+    """A 60 s window: no p99 after one read; after a minute of 10 op/s all in the
+    [1.6, 3.2) ms bucket, the bucket's 99 % point; at 0.5 op/s none, at 1 op/s again (the
+    read two minutes back has left the window); a restart (counts fall) starts over."""
+    recorded_node(fake_node, osd_tree)
+    osds = [s.handler for s in fake_node.servers.values()]
+    assert all(isinstance(o, RecordedOSD) for o in osds)
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}",
+             "--collector.osd.latency-window=60", *ONLY_OSD]  # fmt: skip
+    scraper, clock = osd_scraper(flags)
+    every = {(d, op) for d in ("osd.0", "osd.3") for op in OPS}
+    # Rank 0.99 x 600 = 594 of the 600 new ops, all in one bucket: linear inside it.
+    expected = BUSY_LOW + (BUSY_HIGH - BUSY_LOW) * 594 / 600
+
+    def step(ops: int, restarted: bool = False) -> dict[tuple[str, str], float]:
+        for o in osds:
+            busier(o, ops, restarted)  # type: ignore[arg-type]
+        clock.now += 60
+        c = scraper.collect(10.0)
+        assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1
+        return p99s(c)
+
+    try:
+        first = scraper.collect(10.0)
+        assert p99s(first) == {}
+        assert value(first, "cephnode_osd_op_latency_seconds_count", ceph_daemon="osd.3",
+                     op="write") == 2298  # fmt: skip
+        got = step(600)
+        assert set(got) == every
+        assert all(v == pytest.approx(expected) for v in got.values()), got
+        assert step(30) == {}  # 30 ops in the window's 60 s
+        got = step(60)  # exactly 1 op/s
+        assert set(got) == every
+        assert all(v == pytest.approx(expected) for v in got.values()), got
+        assert step(5, restarted=True) == {}  # counts fell: the window holds one read
+        got = step(600)
+        assert set(got) == every
+        assert all(v == pytest.approx(expected) for v in got.values()), got
+        help_text = next(f for f in scraper.collect(10.0).families() if f.name == P99)
+        assert "60 s" in help_text.documentation
+    finally:
+        scraper.close()
+
+
+def _media_tree(root: Path) -> HostFS:
+    """Disks of four kinds behind OSD data directories under ``root``: /osd/hdd1 and
+    /osd/hdd2 on SATA disks with rotational 1, /osd/ssd on one with 0, /osd/nvme on an
+    NVMe namespace."""
+    sata = "devices/pci0000:00/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0/block"
+    nvme = "devices/pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0"
+    layout = {"sys/class/nvme/nvme0/numa_node": "0\n"}
+    for osd, disk, parent, rotational in (("hdd1", "sdb", sata, 1), ("hdd2", "sdc", sata, 1),
+                                          ("ssd", "sdd", sata, 0),
+                                          ("nvme", "nvme0n1", nvme, 0)):  # fmt: skip
+        layout[f"root/osd/{osd}/block"] = f"->/dev/{disk}"
+        layout[f"sys/class/block/{disk}"] = f"->../../{parent}/{disk}"
+        layout[f"sys/block/{disk}"] = f"->../{parent}/{disk}"
+        layout[f"sys/{parent}/{disk}/queue/rotational"] = f"{rotational}\n"
+    return _disk_tree(root, layout)
+
+
+def pooled(c: Collection, media: str, op: str = "write") -> dict[str, float]:
+    """One pooled histogram: le -> cumulative count, plus "sum" and "count"."""
+    return _hist(c, POOLED, {"op": op, "media": media})
+
+
+def osd_hist(c: Collection, daemon: str, op: str = "write") -> dict[str, float]:
+    return _hist(c, "cephnode_osd_op_latency_seconds", {"ceph_daemon": daemon, "op": op})
+
+
+def _hist(c: Collection, name: str, labels: dict[str, str]) -> dict[str, float]:
+    out = {}
+    for family in c.families():
+        if family.name != name:
+            continue
+        for s in family.samples:
+            rest = {k: v for k, v in s.labels.items() if k != "le"}
+            if rest == labels:
+                out[s.labels.get("le", s.name.rsplit("_", 1)[1])] = s.value
+    return out
+
+
+def exact(hist: dict[str, float]) -> Any:
+    """Equal counts; sums equal but for float rounding (added in another order)."""
+    return pytest.approx(hist, rel=1e-12, abs=0)
+
+
+def summed(*hists: dict[str, float]) -> dict[str, float]:
+    keys = set(hists[0])
+    assert all(set(h) == keys for h in hists)
+    return {k: sum(h[k] for h in hists) for k in keys}
+
+
+def test_pooled_host_histogram(osd_tree: Tree, fake_node: FakeNode, tmp_path: Path) -> None:
+    """Per op type and media (unknown: memstore, hdd, ssd, nvme as the disks say), the
+    pool starts with its OSDs' counts, then grows by their increases; an OSD that
+    restarts counts from 0, one that misses a scrape adds its increase later, a new one
+    is only a baseline, a gone one leaves its ops. It never goes backwards, and a disk's
+    rotational flag is read once per OSD process."""
+    fs = _media_tree(tmp_path)
+    impersonate(osd_tree)  # the fake OSDs' pid, visible in the tree's procfs
+    osds = {0: recorded_osd("memstore")}
+    for osd_id, data in ((1, "/osd/hdd1"), (2, "/osd/hdd2"), (3, "/osd/nvme"), (4, "/osd/ssd")):
+        osds[osd_id] = recorded_osd("bluestore", osd_data=data)
+    for osd_id, handler in osds.items():
+        fake_node.add(osd_id, handler)
+    flags = [f"--path.procfs={osd_tree.proc}", f"--path.sysfs={fs.sysfs}",
+             f"--path.rootfs={fs.rootfs}", f"--ceph.socket-dir={fake_node.dir}",
+             *ONLY_OSD]  # fmt: skip
+    scraper, clock = osd_scraper(flags)
+    history: list[dict[str, float]] = []
+
+    def scrape() -> Collection:
+        clock.now += 60
+        c = scraper.collect(10.0)
+        hdd = pooled(c, "hdd")
+        for before in history:  # never backwards, bucket by bucket
+            assert all(hdd[k] >= before[k] for k in before), (before, hdd)
+        history.append(hdd)
+        return c
+
+    try:
+        c = scrape()
+        labels = {tuple(sorted(k[1])) for k in samples(c) if k[0] == f"{POOLED}_count"}
+        media = {(dict(lab)["op"], dict(lab)["media"]) for lab in labels}
+        assert media == {(op, m) for op in OPS for m in ("unknown", "hdd", "ssd", "nvme")}
+        # The exporter's first read: each pool is its OSDs' whole histograms.
+        assert pooled(c, "hdd") == exact(summed(osd_hist(c, "osd.1"), osd_hist(c, "osd.2")))
+        assert pooled(c, "unknown", "read") == exact(osd_hist(c, "osd.0", "read"))
+        assert pooled(c, "nvme") == exact(osd_hist(c, "osd.3"))
+        assert pooled(c, "ssd") == exact(osd_hist(c, "osd.4"))
+        start = pooled(c, "hdd")
+
+        # Load; sdb turns "non-rotational": read once per process, osd.1 stays hdd.
+        busier(osds[1], 100)
+        busier(osds[2], 50)
+        (Path(fs.sysfs) / "block/sdb/queue/rotational").write_text("0\n")
+        c = scrape()
+        assert pooled(c, "hdd") == exact(summed(osd_hist(c, "osd.1"), osd_hist(c, "osd.2")))
+        assert pooled(c, "hdd")["+Inf"] == start["+Inf"] + 150
+        assert pooled(c, "ssd") == exact(osd_hist(c, "osd.4"))
+        (Path(fs.sysfs) / "block/sdb/queue/rotational").write_text("1\n")
+
+        # osd.2 restarts and does 7 ops; osd.1 misses the scrape (a reply that does not
+        # parse) while doing 40.
+        grown = pooled(c, "hdd")
+        busier(osds[2], 7, restarted=True)
+        idle = osds[1].replies["dump_ops_in_flight"]
+        osds[1].set("dump_ops_in_flight", {"ops": "many"})
+        busier(osds[1], 40)
+        c = scrape()
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.1") == 0
+        assert value(c, "cephnode_osd_op_latency_seconds_count", ceph_daemon="osd.2",
+                     op="write") == 7  # fmt: skip
+        assert pooled(c, "hdd")["+Inf"] == grown["+Inf"] + 7
+        assert pooled(c, "hdd")["sum"] == pytest.approx(grown["sum"] + 7 * BUSY_LATENCY)
+
+        # osd.1 answers again, 40 ops later: both minutes count.
+        osds[1].set("dump_ops_in_flight", idle)
+        busier(osds[1], 40)
+        c = scrape()
+        assert pooled(c, "hdd")["+Inf"] == grown["+Inf"] + 7 + 80
+
+        # osd.1's socket goes, osd.5 (with a lifetime of ops) comes on its disk: the
+        # pool keeps osd.1's ops and takes osd.5's first read as a baseline only.
+        kept = pooled(c, "hdd")
+        fake_node.remove(1)
+        osds[5] = recorded_osd("bluestore", osd_data="/osd/hdd1")
+        fake_node.add(5, osds[5])
+        c = scrape()
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.5") == 1
+        assert pooled(c, "hdd") == exact(kept)
+        busier(osds[5], 10)
+        c = scrape()
+        assert pooled(c, "hdd")["+Inf"] == kept["+Inf"] + 10
+        assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0
+    finally:
+        scraper.close()
+
+
+@pytest.mark.parametrize("bad", ["59", "3601", "x"])
+def test_latency_window_flag_is_validated(bad: str) -> None:
+    from cephnode_exporter.cli import parse_args
+
+    assert (
+        parse_args(["dump", "--collector.osd.latency-window=60"]).collector_osd_latency_window == 60
+    )
+    with pytest.raises(SystemExit):
+        parse_args(["dump", f"--collector.osd.latency-window={bad}"])

@@ -1,6 +1,7 @@
 """The osd collector against a real Ceph cluster (tests/cephcluster.py, Debian's Pacific).
 
-Write load grows the histograms, which agree with perf dump; BlueStore and RocksDB
+Write load grows the histograms, which agree with perf dump, and the pooled per-host
+histogram by as much as the OSDs' together; BlueStore and RocksDB
 series exist for the BlueStore OSD only; a stopped replica under write load is reported
 as itself within the budget while the primary's stuck ops show; a restarted OSD is found
 again; each OSD's process (through the real /proc) and its lack of a block device (memstore,
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.ceph.asok import AdminSocket
+from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.scrape import Collection
 
 from tests.cephcluster import CephCluster, shared_cluster
@@ -57,8 +59,39 @@ def test_histograms_grow_under_load_and_agree_with_perf_dump(
 ) -> None:
     tree = node_trees["epyc9454p-tuned"]
     osd_cluster.create_pool("osdhist", size=1, pg_num=32)
-    before, _ = scrape(osd_cluster, tree)
-    osd_cluster.rados_bench("osdhist", 3, mode="write", block=65536)
+    # One exporter across the load, for the pooled per-host histogram (its state lives
+    # between scrapes); the other scrapes are fresh exporters.
+    flags = [*tree.flags, f"--ceph.socket-dir={osd_cluster.socket_dir}", *ONLY_OSD]
+    exporter = build_scraper(parse_args(["dump", *flags]))
+    try:
+        before = exporter.collect(10.0)
+        osd_cluster.rados_bench("osdhist", 3, mode="write", block=65536)
+        _check_histograms(osd_cluster, tree, before)
+        last = exporter.collect(10.0)
+    finally:
+        exporter.close()
+    # The pool grew by what the OSDs' histograms grew between the exporter's two reads.
+    grown = {
+        d: (value(last, "cephnode_osd_op_latency_seconds_count", ceph_daemon=d, op="write") or 0)
+        - (value(before, "cephnode_osd_op_latency_seconds_count", ceph_daemon=d, op="write") or 0)
+        for d in (f"osd.{i}" for i in osd_cluster.osds)
+    }
+    assert all(g > 0 for g in grown.values()), grown
+    assert pooled_writes(last) - pooled_writes(before) == sum(grown.values())
+
+
+def pooled_writes(c: Collection) -> float:
+    """The +Inf count of the pooled write histograms, every media together."""
+    return sum(
+        v
+        for (name, labels), v in samples(c).items()
+        if name == "cephnode_osd_host_op_latency_seconds_bucket"
+        and ("op", "write") in labels
+        and ("le", "+Inf") in labels
+    )
+
+
+def _check_histograms(osd_cluster: CephCluster, tree: Tree, before: Collection) -> None:
     for osd_id in osd_cluster.osds:
         d = f"osd.{osd_id}"
         # Two commands are not atomic: bracket the scrape between two perf dumps and

@@ -25,7 +25,9 @@ Where the values come from:
   ``cephnode_osd_ops_total`` agree exactly: counters only grow, buckets are cumulative,
   ``_count`` is the ``+Inf`` bucket. Magnitudes (chosen, order of the seeds' all-NVMe
   cluster): 2,500 reads, 1,200 writes and 25 read-modify-writes per second per OSD at
-  base load, medians 0.45 / 1.8 / 2.2 ms.
+  base load, medians 0.45 / 1.8 / 2.2 ms. The exporter's per-OSD p99 gauge and per-host
+  pooled histogram are computed from these histograms by the exporter's own code
+  (cephnode_exporter.ceph.latency), read by read, as a node's exporter would.
 - **kprofile and PG series are modelled** to match docs/metrics.md and
   docs/kprofile.md (49 Hz x 5 s x 96 CPUs = 23,520 samples a window, one window a minute;
   a check result that follows the same ratio as ``kernel.spinlock_iommu`` does).
@@ -120,6 +122,18 @@ BODY_SIGMA = 0.45
 TAIL_SHARE = 0.02
 TAIL_FACTOR = 4.0
 TAIL_SIGMA = 0.5
+
+# The exporter's --collector.osd.latency-window default: its per-OSD p99 covers the reads
+# of the last 5 minutes (one a minute here, as Prometheus scrapes the fleet).
+LATENCY_WINDOW_S = 300.0
+# Every OSD of the fleet has an NVMe data device.
+MEDIA = "nvme"
+QUANTILE_NAME = "cephnode_osd_op_latency_quantile_seconds"
+HOST_HIST_NAMES = (
+    "cephnode_osd_host_op_latency_seconds_bucket",
+    "cephnode_osd_host_op_latency_seconds_count",
+    "cephnode_osd_host_op_latency_seconds_sum",
+)
 
 SWING_PEAK_OPS = 2.5
 SWING_PEAK_LATENCY = 1.7
@@ -259,6 +273,10 @@ SYNTHETIC = frozenset(
         "cephnode_osd_op_latency_seconds_bucket",
         "cephnode_osd_op_latency_seconds_count",
         "cephnode_osd_op_latency_seconds_sum",
+        "cephnode_osd_op_latency_quantile_seconds",
+        "cephnode_osd_host_op_latency_seconds_bucket",
+        "cephnode_osd_host_op_latency_seconds_count",
+        "cephnode_osd_host_op_latency_seconds_sum",
         "cephnode_osd_ops_total",
         *(
             f"cephnode_osd_{stage}_{part}"
@@ -650,8 +668,8 @@ class Generator:
             if names is not None and host.name not in names:
                 continue
             self._host(writer, host)
-            for osd in host.osds:
-                self._osd(writer, host, osd)
+            per_osd = [self._osd(writer, host, osd) for osd in host.osds]
+            self._host_histogram(writer, host, per_osd)
             if progress:
                 progress(host.name)
         if mgr:
@@ -915,7 +933,9 @@ class Generator:
 
     # ------------------------------------------------------------------ OSDs
 
-    def _osd(self, w: Writer, host: Host, osd: OSD) -> None:
+    def _osd(self, w: Writer, host: Host, osd: OSD) -> dict[str, dict[str, Any]]:
+        """Write one OSD's series; return its op histograms per op type (empty when
+        nothing needs them) for the host's pooled histogram."""
         n = len(self.times)
         tgt = self.target(host)
         d = {"ceph_daemon": osd.ceph_daemon, **tgt}
@@ -965,11 +985,13 @@ class Generator:
             "cephnode_osd_op_latency_seconds_count",
             "cephnode_osd_op_latency_seconds_sum",
         )
-        want_hist = self.want_any(*hist_names)
+        want_hist = self.want_any(*hist_names, QUANTILE_NAME, *HOST_HIST_NAMES)
+        op_hists: dict[str, dict[str, Any]] = {}
         for op in OPS:
             counts = self._op_counts(rng, srng, op, weight, lat, blocked, gaps, want_hist)
             ops_per_step[op] = counts["ops"]
             if want_hist:
+                op_hists[op] = counts
                 labels = {"op": op, **d}
                 if self.want(hist_names[0]):
                     for k, le in enumerate(self.le):
@@ -978,6 +1000,8 @@ class Generator:
                     w.write(hist_names[1], labels, counts["buckets"][-1])
                 if self.want(hist_names[2]):
                     w.write(hist_names[2], labels, counts["sum"])
+                if self.want(QUANTILE_NAME):
+                    w.write(QUANTILE_NAME, {**labels, "quantile": "0.99"}, self._p99(counts))
         total_ops = [sum(ops_per_step[op][i] for op in OPS) for i in range(n)]
         start_total = srng.randrange(10**9, 3 * 10**9)
         if self.want("cephnode_osd_ops_total"):
@@ -1086,6 +1110,56 @@ class Generator:
                 )
         if self.want("cephnode_osd_debug_nonzero_subsystems"):
             w.write("cephnode_osd_debug_nonzero_subsystems", d, [1.0 if x else 0.0 for x in debug])
+        return op_hists
+
+    def _p99(self, counts: dict[str, Any]) -> list[float | None]:
+        """The exporter's p99 gauge at every time: its own LatencyWindow fed with the
+        OSD's cumulative histogram as read at each scrape."""
+        from cephnode_exporter.ceph import latency
+
+        win = latency.LatencyWindow(LATENCY_WINDOW_S)
+        out: list[float | None] = []
+        for i, t in enumerate(self.times):
+            buckets = [(e, counts["buckets"][k][i]) for k, e in enumerate(self.edges)]
+            win.observe(float(t), buckets, counts["sum"][i])
+            out.append(win.quantile(0.99))
+        return out
+
+    def _host_histogram(
+        self, w: Writer, host: Host, per_osd: list[dict[str, dict[str, Any]]]
+    ) -> None:
+        """The exporter's per-host histogram: its OSDs pooled per op type with its own
+        PooledHistogram, read by read as the exporter does (all first reads at start)."""
+        if not host.osds or not self.want_any(*HOST_HIST_NAMES):
+            return
+        from cephnode_exporter.ceph import latency
+
+        n = len(self.times)
+        labels = {"media": MEDIA, **self.target(host)}
+        for op in OPS:
+            pool = latency.PooledHistogram()
+            buckets: list[list[float | None]] = [[None] * n for _ in self.edges]
+            sums: list[float | None] = [None] * n
+            for i in range(n):
+                for osd, counts in zip(host.osds, per_osd, strict=True):
+                    c = counts[op]
+                    pool.update(
+                        osd.ceph_daemon,
+                        [(e, c["buckets"][k][i]) for k, e in enumerate(self.edges)],
+                        c["sum"][i],
+                        initial=i == 0,
+                    )
+                for k, (_, v) in enumerate(pool.buckets()):
+                    buckets[k][i] = v
+                sums[i] = round(pool.sum(), 6)
+            lab = {"op": op, **labels}
+            if self.want(HOST_HIST_NAMES[0]):
+                for k, le in enumerate(self.le):
+                    w.write(HOST_HIST_NAMES[0], {**lab, "le": le}, buckets[k])
+            if self.want(HOST_HIST_NAMES[1]):
+                w.write(HOST_HIST_NAMES[1], lab, buckets[-1])
+            if self.want(HOST_HIST_NAMES[2]):
+                w.write(HOST_HIST_NAMES[2], lab, sums)
 
     def _op_counts(
         self,
@@ -1469,13 +1543,13 @@ def self_check(files: Iterable[Path], limit: int | None = None) -> list[str]:
     counts: dict[tuple[str, int], float] = {}
     for key, points in series.items():
         name, labels = key.split("{", 1)
-        if name == "cephnode_osd_op_latency_seconds_bucket":
+        if name in ("cephnode_osd_op_latency_seconds_bucket", HOST_HIST_NAMES[0]):
             parts = [p for p in labels.rstrip("}").split(",") if not p.startswith("le=")]
             le = next(p for p in labels.rstrip("}").split(",") if p.startswith("le="))[4:-1]
             base = ",".join(parts)
             for ts, v in points:
                 hist.setdefault((base, ts), []).append((float(le), v))
-        elif name == "cephnode_osd_op_latency_seconds_count":
+        elif name in ("cephnode_osd_op_latency_seconds_count", HOST_HIST_NAMES[1]):
             for ts, v in points:
                 counts[(labels.rstrip("}"), ts)] = v
     for (base, ts), buckets in hist.items():

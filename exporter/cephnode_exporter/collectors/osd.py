@@ -30,6 +30,12 @@ Why this shape:
 - RocksDB compaction totals (``dump_objectstore_kv_stats``) only from an OSD whose
   ``config show`` says it keeps them (``rocksdb_perf`` and a ``rocksdb_collect_*`` option,
   all off by default): at Ceph's defaults the command is never sent.
+- Latency computed here rather than in Prometheus (ceph/latency.py): each OSD's p99 over
+  a sliding window of its own reads, and one histogram per op type and media pooling the
+  node's OSDs. At 630 OSDs the rules that computed both from the 36,000 bucket series
+  dominated Prometheus' evaluation (docs/performance.md); the exporter has the histograms
+  in hand every scrape. The state lives between scrapes under a lock, never held across
+  socket I/O; the per-OSD histograms stay exported as they were.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +65,7 @@ from cephnode_exporter.ceph.discovery import (
     OSDSocket,
     discover_osd_sockets,
 )
+from cephnode_exporter.ceph.latency import LatencyWindow, PooledHistogram
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
@@ -66,7 +74,7 @@ from cephnode_exporter.collectors.base import (
     register,
 )
 from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
-from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, find_osd_block
+from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, block_media, find_osd_block
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
 from cephnode_exporter.hostfs.process import (
     ProcessGone,
@@ -89,6 +97,14 @@ DEFAULT_CONFIG_INTERVAL = 60.0
 # Share of --collector.timeout the OSD queries may use, leaving time to parse and
 # build metrics before the scraper abandons the collector.
 TIMEOUT_SHARE = 0.8
+# Seconds of reads behind each OSD's exported p99: 300 s is the rate(...[5m]) the
+# rules used. The flag's minimum, 60 s, holds two reads of a 1 min scrape interval only
+# while they are at most 60.0 s apart (a read exactly the window old is kept).
+DEFAULT_LATENCY_WINDOW = 300.0
+# The quantile exported per OSD, and the op rate below which it is left out: a p99 of
+# fewer than 60 ops a minute is one slow op's latency, not a distribution's tail.
+LATENCY_QUANTILE = 0.99
+LATENCY_MIN_RATE = 1.0
 
 # (perf dump section.counter, metric name suffix, help) of the time averages exported as
 # summaries with only _sum and _count (a Prometheus summary without quantiles: the mean
@@ -281,6 +297,9 @@ class OSDFacts:
     block: OSDBlock | None = None
     block_note: str | None = None
     block_error: str | None = None
+    media: str = "unknown"  # the data disk's kind (hostfs/blockdev.py block_media)
+    # op -> its LATENCY_QUANTILE over the window; only ops with enough ops per second.
+    latency_quantiles: dict[str, float] = field(default_factory=dict)
 
     @property
     def ceph_daemon(self) -> str:
@@ -291,6 +310,10 @@ class OSDFacts:
         return self.error is None
 
 
+# (op, media) -> a pooled histogram's cumulative (edge, count) buckets and its sum.
+HostHistograms = dict[tuple[str, str], tuple[list[tuple[float, float]], float]]
+
+
 @dataclass
 class OSDCollectorFacts:
     socket_dir: str
@@ -298,6 +321,19 @@ class OSDCollectorFacts:
     errors: ReadErrors
     # NUMA node -> its CPUs; None when the kernel has no NUMA (or it was unreadable).
     numa_nodes: dict[int, frozenset[int]] | None = None
+    # (op, media) -> the node's OSDs pooled: cumulative (edge, count) buckets and sum.
+    host_histograms: HostHistograms = field(default_factory=dict)
+    latency_window: float = DEFAULT_LATENCY_WINDOW
+
+
+@dataclass
+class _LatencyState:
+    """One OSD's latency state between scrapes: its pid (a new one is a restart), the
+    media pool it feeds and a window per op type."""
+
+    pid: int | None
+    media: str
+    windows: dict[str, LatencyWindow] = field(default_factory=dict)
 
 
 @dataclass
@@ -447,6 +483,17 @@ class OSDCollector(Collector):
         if not getattr(opts, "collector_osd_all_debug_levels", False):
             self._debug_subsystems = _profile_subsystems(ctx)
         self._dir_missing_logged = False
+        self._latency_window = float(
+            getattr(opts, "collector_osd_latency_window", DEFAULT_LATENCY_WINDOW)
+        )
+        # The time of a read for the latency windows; tests replace it to step minutes.
+        self.clock: Callable[[], float] = time.monotonic
+        # Windows and pools outlive a scrape; scrapes may overlap, so they are changed
+        # under this lock, which is never held across socket I/O.
+        self._latency_lock = threading.Lock()
+        self._latency: dict[str, _LatencyState] = {}
+        self._pools: dict[tuple[str, str], PooledHistogram] = {}
+        self._latency_started = False
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -480,6 +527,16 @@ class OSDCollector(Collector):
             "asked at once; 0: every scrape; default: %(default)s)",
         )
         parser.add_argument(
+            "--collector.osd.latency-window",
+            dest="collector_osd_latency_window",
+            type=bounded(float, 60, 3600, "seconds"),
+            default=DEFAULT_LATENCY_WINDOW,
+            metavar="SECONDS",
+            help="each OSD's exported p99 op latency covers its reads of this many seconds "
+            "(cephnode_osd_op_latency_quantile_seconds, like rate() over this range; "
+            "default: %(default)s)",
+        )
+        parser.add_argument(
             "--collector.osd.all-debug-levels",
             dest="collector_osd_all_debug_levels",
             action="store_true",
@@ -508,7 +565,9 @@ class OSDCollector(Collector):
             self._dir_missing_logged = False
         if not sockets:
             self._forget(set())
-            return OSDCollectorFacts(self._socket_dir, [], errors)
+            with self._latency_lock:
+                host = self._pooled()
+            return OSDCollectorFacts(self._socket_dir, [], errors, None, host, self._latency_window)
         if self._pool is None:
             self._pool = QueryPool()
         # Keyed by path: two clusters on one node may both have an osd.0.
@@ -519,6 +578,7 @@ class OSDCollector(Collector):
             cache = self._config_caches.setdefault(s.path, ConfigCache())
             tasks[s.path] = _task(sock, self.ctx.fs, state, cache, self._config_interval)
         results = self._pool.run(tasks, self._timeout)
+        now = self.clock()
         numa_nodes = self._numa_nodes(errors)
         osds = []
         for s in sockets:
@@ -538,7 +598,70 @@ class OSDCollector(Collector):
             self._note(facts)
             osds.append(facts)
         self._forget({s.path for s in sockets})
-        return OSDCollectorFacts(self._socket_dir, osds, errors, numa_nodes)
+        host = self._update_latency(osds, now)
+        return OSDCollectorFacts(
+            self._socket_dir, osds, errors, numa_nodes, host, self._latency_window
+        )
+
+    def _update_latency(self, osds: list[OSDFacts], now: float) -> HostHistograms:
+        """Feed this scrape's histograms to the windows and the pools (under the lock);
+        sets each OSD's quantiles and returns the pooled histograms."""
+        with self._latency_lock:
+            # The exporter's first read: OSDs then bring their whole history into the
+            # pools, which start with it. Later, a new OSD's first read is a baseline.
+            initial = not self._latency_started
+            self._latency_started = True
+            for o in osds:
+                if not o.ok or o.counters is None:
+                    continue
+                path = o.socket.path
+                state = self._latency.get(path)
+                from_zero = initial
+                if state is None:
+                    state = self._latency[path] = _LatencyState(o.pid, o.media)
+                else:
+                    from_zero = False
+                    if o.pid is not None and state.pid is not None and o.pid != state.pid:
+                        # Restarted: its counters start over (even if a long gap hid the
+                        # drop), so the windows do, and the pool counts it from 0.
+                        state.windows.clear()
+                        self._forget_pooled(path)
+                        from_zero = True
+                    if o.pid is not None:
+                        state.pid = o.pid
+                    if o.media != state.media:
+                        # Moved to another pool: a baseline there, its past stays here.
+                        self._forget_pooled(path)
+                        state.media = o.media
+                for op, h in o.histograms.items():
+                    avg = o.counters.avgs.get(f"osd.{perf.OP_LATENCY_AVGS[op]}")
+                    if avg is None:
+                        continue  # exported without it neither (build_metrics)
+                    window = state.windows.get(op)
+                    if window is None:
+                        window = state.windows[op] = LatencyWindow(self._latency_window)
+                    window.observe(now, h.buckets, avg.sum)
+                    q = window.quantile(LATENCY_QUANTILE, LATENCY_MIN_RATE)
+                    if q is not None:
+                        o.latency_quantiles[op] = q
+                    pool = self._pools.get((op, state.media))
+                    if pool is None:
+                        pool = self._pools[(op, state.media)] = PooledHistogram()
+                    pool.update(path, h.buckets, avg.sum, initial=from_zero)
+            return self._pooled()
+
+    def _forget_pooled(self, path: str) -> None:
+        for pool in self._pools.values():
+            pool.forget(path)
+
+    def _pooled(self) -> HostHistograms:
+        """A copy of every pool that has buckets (the caller holds the lock)."""
+        out: HostHistograms = {}
+        for key, pool in sorted(self._pools.items()):
+            buckets = pool.buckets()
+            if buckets:
+                out[key] = (buckets, pool.sum())
+        return out
 
     def _numa_nodes(self, errors: ReadErrors) -> dict[int, frozenset[int]] | None:
         try:
@@ -568,7 +691,11 @@ class OSDCollector(Collector):
             data_dirs.append(facts.config.osd_data)
         if not data_dirs:
             facts.block_note = "config show has no osd_data"
-            return
+        else:
+            self._find_block(facts, data_dirs, errors)
+        facts.media = self._media(facts, errors)
+
+    def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         for data_dir in data_dirs:
             try:
                 facts.block = find_osd_block(self.ctx.fs, data_dir)
@@ -580,6 +707,27 @@ class OSDCollector(Collector):
                 errors.add(exc)
             facts.block_note = None
             return
+
+    def _media(self, facts: OSDFacts, errors: ReadErrors) -> str:
+        """The data disk's kind, read once per OSD process (kept in its ProcessState,
+        which a new pid resets); read every scrape while the process is not visible,
+        and not kept after a read error, so the next scrape asks again."""
+        state = self._proc_states.get(facts.socket.path) if facts.process is not None else None
+        if state is not None:
+            with state.lock:
+                if state.media is not None:
+                    return state.media
+        if facts.block_error is not None:
+            return "unknown"
+        try:
+            media = block_media(self.ctx.fs, facts.block)
+        except (OSError, ParseError) as exc:
+            errors.add(exc)
+            return "unknown"
+        if state is not None:
+            with state.lock:
+                state.media = media
+        return media
 
     def _note(self, facts: OSDFacts) -> None:
         """Log an OSD's failure when it starts or changes, and its recovery."""
@@ -619,6 +767,10 @@ class OSDCollector(Collector):
         for cache in (self._last_host, self._proc_states, self._config_caches):
             for path in set(cache) - present:
                 del cache[path]
+        with self._latency_lock:
+            for path in set(self._latency) - present:
+                del self._latency[path]
+                self._forget_pooled(path)  # its socket is gone; its past ops stay pooled
 
     def read_errors(self, facts: OSDCollectorFacts) -> int:
         """Unreadable cephadm directories and OSDs that did not answer."""
@@ -629,7 +781,9 @@ class OSDCollector(Collector):
         return items[:limit]
 
     def metrics(self, facts: OSDCollectorFacts) -> Iterable[Metric]:
-        return build_metrics(facts.osds, self._debug_subsystems)
+        return build_metrics(
+            facts.osds, self._debug_subsystems, facts.host_histograms, facts.latency_window
+        )
 
 
 def _task(
@@ -653,10 +807,14 @@ def _profile_subsystems(ctx: CollectorContext) -> frozenset[str]:
 
 
 def build_metrics(
-    osds: list[OSDFacts], debug_subsystems: frozenset[str] | None = None
+    osds: list[OSDFacts],
+    debug_subsystems: frozenset[str] | None = None,
+    host: HostHistograms | None = None,
+    window: float = DEFAULT_LATENCY_WINDOW,
 ) -> list[Metric]:
-    """Metric families for the OSDs; ``debug_subsystems`` None exports every non-zero one."""
-    """Metric families of one scrape's OSD facts (pure)."""
+    """Metric families of one scrape's OSD facts (pure); ``debug_subsystems`` None
+    exports every non-zero one, ``host`` are the pooled histograms, ``window`` the
+    seconds behind the quantiles (for their HELP)."""
     success = _family(
         GaugeMetricFamily,
         "scrape_success",
@@ -685,6 +843,15 @@ def build_metrics(
         "Client op latency on the OSD as primary, from perf histogram dump (size axis "
         "collapsed; _sum from perf dump's op_<type>_latency).",
         ["op"],
+    )
+    quantile = _family(
+        GaugeMetricFamily,
+        "op_latency_quantile_seconds",
+        f"Client op latency quantile on the OSD over the last {window:g} s "
+        "(--collector.osd.latency-window) of its op latency histogram, interpolated within "
+        "its buckets like PromQL's histogram_quantile of rate(); absent below "
+        f"{LATENCY_MIN_RATE:g} op/s in that window and before the OSD's second read.",
+        ["op", "quantile"],
     )
     summaries = [
         (key, _family(SummaryMetricFamily, suffix, doc, [])) for key, suffix, doc in SUMMARIES
@@ -783,6 +950,16 @@ def build_metrics(
         "label, and its NVMe controller (empty for other disks).",
         ["device", "controller"],
     )
+    pooled = HistogramMetricFamily(
+        metric_name("osd", "host_op_latency_seconds"),
+        "Client op latency of all OSDs of this node pooled per op type and data disk kind "
+        "(media: nvme, hdd, ssd, unknown): each OSD's increases since the exporter "
+        "started (a restarted OSD counted from 0, a new one from its first read); never "
+        "goes backwards.",
+        labels=["op", "media"],
+    )
+    for (op, media), (buckets, total) in sorted((host or {}).items()):
+        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in buckets], total)
 
     for o in osds:
         d = o.ceph_daemon
@@ -799,6 +976,8 @@ def build_metrics(
                 continue  # a _sum is mandatory; no OSD lacks these counters
             buckets = [(_le(edge), float(n)) for edge, n in h.buckets]
             hist.add_metric([d, op], buckets, avg.sum)
+        for op, value in sorted(o.latency_quantiles.items()):
+            quantile.add_metric([d, op, repr(LATENCY_QUANTILE)], value)
         for key, family in summaries:
             avg = o.counters.avgs.get(key)
             if avg is not None:
@@ -860,6 +1039,7 @@ def build_metrics(
         duration,
         info,
         hist,
+        quantile,
         *(f for _, f in summaries),
         *(f for _, f in counters),
         *(f for _, f in gauges),
@@ -878,9 +1058,10 @@ def build_metrics(
         *(f for _, f in kv_db),
         *(f for _, f in kv_cf),
         device,
+        pooled,
     ]
 
 
 def _le(edge: float) -> str:
-    """Prometheus ``le`` text: "+Inf" or the shortest repr (0.0001, 0.0002, ... 13.1072)."""
+    """Prometheus ``le`` text: "+Inf" or the shortest repr (0.0001, 0.0002, ... 6.5536)."""
     return "+Inf" if edge == float("inf") else repr(edge)

@@ -34,7 +34,7 @@ import stat
 from dataclasses import dataclass
 
 from cephnode_exporter.devices.model import CONTROLLER_RE, natural_key
-from cephnode_exporter.hostfs import HostFS, ParseError, read_text
+from cephnode_exporter.hostfs import HostFS, ParseError, read_int, read_text
 from cephnode_exporter.hostfs.pci import parse_numa_node
 
 # The kernel gives up after 40 links in one lookup (MAXSYMLINKS, include/linux/namei.h).
@@ -200,3 +200,30 @@ def find_osd_block(fs: HostFS, osd_data: str) -> OSDBlock:
             )
         )
     return OSDBlock(shown, tuple(disks))
+
+
+# The kinds of an OSD's main data device, as Ceph's own default CRUSH device class names
+# them: BlueStore::get_default_device_class() answers the block device's
+# bluestore_bdev_type, which KernelDevice::collect_metadata (ceph/ceph
+# src/blk/kernel/KernelDevice.cc) sets to "hdd" or "ssd" by the device's rotational flag
+# and then to "nvme" when the disk has an NVMe controller (its device/device/vendor).
+MEDIA = ("nvme", "hdd", "ssd", "unknown")
+
+
+def block_media(fs: HostFS, block: OSDBlock | None) -> str:
+    """``nvme`` when a disk under the OSD's block device has an NVMe controller, ``hdd``
+    when a disk's ``/sys/block/<disk>/queue/rotational`` is 1, else ``ssd``; ``unknown``
+    without a disk (memstore, a BlueStore on a file). Raises OSError/ParseError when a
+    rotational flag is unreadable."""
+    if block is None or not block.disks:
+        return "unknown"
+    if any(d.controllers for d in block.disks):
+        return "nvme"
+    for disk in block.disks:
+        path = fs.sys("block", disk.name, "queue", "rotational")
+        value = read_int(path)
+        if value not in (0, 1):
+            raise ParseError(path, f"rotational is {value}, not 0 or 1")
+        if value == 1:
+            return "hdd"  # the slowest disk decides (dm over mixed disks is rare)
+    return "ssd"

@@ -277,17 +277,20 @@ class ProcessState:
     scrapes shows as a count that went down and is handled the same way (the old
     thread's count retired); a reuse whose new count is already higher goes unnoticed
     and under-counts by the old thread's last count. ``allocator`` is cached: it cannot
-    change while the process runs.
+    change while the process runs; so is ``media``, the kind of the OSD's data disk
+    (hostfs/blockdev.py ``block_media``), which the ``osd`` collector sets.
     """
 
     key: tuple[int, int] | None = None
     allocator: str | None = None
+    media: str | None = None
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
     retired: tuple[int, int] = (0, 0)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reset(self, key: tuple[int, int]) -> None:
         self.key, self.allocator, self.threads, self.retired = key, None, {}, (0, 0)
+        self.media = None
 
     def switches(self, current: dict[int, tuple[int, int]]) -> tuple[int, int]:
         """Fold this scrape's per-thread counts in; returns the monotonic totals."""

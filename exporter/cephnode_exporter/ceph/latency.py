@@ -1,0 +1,217 @@
+"""Latency from cumulative histograms, computed where they are read: the exporter.
+
+Prometheus spends most of its rule evaluation at 630 OSDs reading the 36,000 per-OSD
+op-latency bucket series, once for a per-OSD p99 and once for a per-host pooled histogram.
+Each node's exporter reads the same histograms every scrape, so it can do both for its
+own OSDs at a fraction of the cost (docs/performance.md):
+
+- :func:`histogram_quantile` is PromQL's ``histogram_quantile`` on classic buckets, as
+  Prometheus 2.42 computes it (promql/quantile.go, ``bucketQuantile``), so a value the
+  exporter exports and one a rule computes from the same increases agree.
+- :class:`LatencyWindow` keeps one OSD's reads of one op type for a sliding window and
+  answers the quantile of the ops between its oldest and newest read: what
+  ``histogram_quantile(q, rate(x_bucket[window]))`` sees when the samples are the reads.
+- :class:`PooledHistogram` adds up the increases of several OSDs into one counter that
+  never goes backwards, so ``rate()`` on it is right across restarts and missed scrapes.
+
+Pure: no I/O, no clock (callers pass the time), no Prometheus code. The alert tests'
+fleet generator imports this module, so its API stays as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from cephnode_exporter.logs import kv
+
+log = logging.getLogger(__name__)
+
+Buckets = Sequence[tuple[float, float]]
+
+
+def histogram_quantile(q: float, buckets: Buckets) -> float | None:
+    """The ``q`` quantile of cumulative ``(upper edge, count)`` buckets, last edge +Inf.
+
+    Follows Prometheus 2.42's bucketQuantile step by step: buckets sorted by edge, equal
+    edges merged, counts made monotonic (each at least the one before: an envelope), the
+    rank ``q * total`` found in the first bucket whose count reaches it, and the value
+    interpolated linearly inside that bucket, the first bucket starting at 0. A rank in
+    the +Inf bucket answers the highest finite edge. None where PromQL answers NaN: no
+    +Inf bucket, fewer than two buckets, a total of 0, ``q`` NaN. ``q`` below 0 is -inf,
+    above 1 +inf, as in PromQL.
+    """
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    if not buckets:
+        return None
+    ordered = sorted(buckets, key=lambda b: b[0])
+    if ordered[-1][0] != math.inf:
+        return None
+    edges: list[float] = []
+    counts: list[float] = []
+    for edge, count in ordered:
+        if edges and edges[-1] == edge:
+            counts[-1] += count
+        else:
+            edges.append(edge)
+            counts.append(float(count))
+    # The envelope: a later bucket never counts fewer than an earlier one.
+    top = counts[0]
+    for i in range(1, len(counts)):
+        if counts[i] > top:
+            top = counts[i]
+        elif counts[i] < top:
+            counts[i] = top
+    if len(counts) < 2:
+        return None
+    total = counts[-1]
+    if total == 0:
+        return None
+    rank = q * total
+    # First bucket below +Inf whose count reaches the rank (Go's sort.Search over the
+    # monotonic counts); the +Inf bucket when none does.
+    b = next((i for i in range(len(counts) - 1) if counts[i] >= rank), len(counts) - 1)
+    if b == len(counts) - 1:
+        return edges[-2]
+    if b == 0 and edges[0] <= 0:
+        return edges[0]
+    start, end, count = 0.0, edges[b], counts[b]
+    if b > 0:
+        start = edges[b - 1]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    if count == 0:
+        return None  # rank 0 in an empty first bucket: 0/0, NaN in PromQL
+    return start + (end - start) * (rank / count)
+
+
+def _reset(counts: Sequence[float], sum_s: float, old: Sequence[float], old_sum: float) -> bool:
+    """A counter reset: any bucket (the total included) or the sum below its last read."""
+    return sum_s < old_sum or any(c < o for c, o in zip(counts, old, strict=True))
+
+
+class LatencyWindow:
+    """One OSD's cumulative histogram of one op type, read after read, over a window.
+
+    The quantile is of the ops between the oldest read still inside the window (the
+    baseline) and the newest: with one read a minute and a 300 s window that is the
+    samples a PromQL ``rate(x[5m])`` works on. A counter reset (the OSD restarted, its
+    counts went down) drops every earlier read; so do bucket edges that change.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = float(window_s)
+        self._edges: tuple[float, ...] = ()
+        # (time, cumulative counts, sum), oldest first.
+        self._reads: deque[tuple[float, tuple[float, ...], float]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+    def observe(self, now: float, buckets: Buckets, sum_s: float) -> None:
+        """Record one read taken at ``now`` (seconds, any monotonic clock)."""
+        edges = tuple(float(e) for e, _ in buckets)
+        counts = tuple(float(c) for _, c in buckets)
+        if edges != self._edges:
+            self._reads.clear()
+            self._edges = edges
+        elif self._reads:
+            _, last, last_sum = self._reads[-1]
+            if _reset(counts, sum_s, last, last_sum):
+                self._reads.clear()
+        self._reads.append((now, counts, float(sum_s)))
+        while now - self._reads[0][0] > self.window_s:
+            self._reads.popleft()
+
+    def quantile(self, q: float, min_rate: float = 1.0) -> float | None:
+        """The ``q`` quantile of the ops between the baseline and the newest read.
+
+        None with a single read, no time between the two, or fewer than ``min_rate`` ops
+        per second in between (a p99 of a handful of ops says nothing).
+        """
+        if len(self._reads) < 2:
+            return None
+        t0, base, _ = self._reads[0]
+        t1, last, _ = self._reads[-1]
+        elapsed = t1 - t0
+        if elapsed <= 0:
+            return None
+        increase = [c - b for c, b in zip(last, base, strict=True)]
+        if increase[-1] / elapsed < min_rate:
+            return None
+        return histogram_quantile(q, list(zip(self._edges, increase, strict=True)))
+
+
+class PooledHistogram:
+    """Several OSDs' cumulative histograms (one op type, one media) pooled into one.
+
+    Each read adds the OSD's increase since its previous read; a counter reset counts
+    from 0, as ``rate()`` does. An OSD seen for the first time adds its whole count only
+    when ``initial`` (the exporter's first read, when the pool starts too); otherwise
+    that read is only its baseline, so an OSD created, or back after a long outage, does
+    not add its lifetime's ops in one scrape. A forgotten OSD's past ops stay. The pool
+    only grows, so ``rate()`` of it is the sum of the OSDs' rates.
+    """
+
+    def __init__(self) -> None:
+        self._edges: tuple[float, ...] = ()
+        self._counts: list[float] = []
+        self._sum = 0.0
+        self._last: dict[str, tuple[tuple[float, ...], float]] = {}
+        self._warned: set[str] = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._last
+
+    def update(self, key: str, buckets: Buckets, sum_s: float, initial: bool) -> None:
+        """Fold in one read of the OSD ``key`` (its admin socket path)."""
+        edges = tuple(float(e) for e, _ in buckets)
+        counts = tuple(float(c) for _, c in buckets)
+        if not self._edges:
+            self._edges = edges
+            self._counts = [0.0] * len(edges)
+        elif edges != self._edges:
+            # Ceph's axis is fixed (docs/metrics.md), so this is a different build or a
+            # parser change: skip the OSD rather than mix incompatible buckets.
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning(
+                    "OSD histogram edges differ from the pool's: not pooled",
+                    extra=kv(key=key, edges=len(edges), pool_edges=len(self._edges)),
+                )
+            return
+        previous = self._last.get(key)
+        self._last[key] = (counts, float(sum_s))
+        if previous is None:
+            if not initial:
+                return
+            add, add_sum = counts, float(sum_s)
+        elif _reset(counts, sum_s, *previous):
+            add, add_sum = counts, float(sum_s)
+        else:
+            old, old_sum = previous
+            add = tuple(c - o for c, o in zip(counts, old, strict=True))
+            add_sum = float(sum_s) - old_sum
+        for i, n in enumerate(add):
+            self._counts[i] += n
+        self._sum += add_sum
+
+    def forget(self, key: str) -> None:
+        """The OSD is gone (its socket vanished): its ops so far stay in the pool."""
+        self._last.pop(key, None)
+        self._warned.discard(key)
+
+    def buckets(self) -> list[tuple[float, float]]:
+        """The pooled cumulative ``(edge, count)`` buckets; empty before any read."""
+        return list(zip(self._edges, self._counts, strict=True))
+
+    def sum(self) -> float:
+        """The pooled sum of latencies, seconds."""
+        return self._sum

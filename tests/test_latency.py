@@ -1,0 +1,275 @@
+"""ceph/latency.py: PromQL's histogram_quantile in Python, the per-OSD latency window and
+the pooled per-host histogram; and the quantile against Prometheus' own, through
+``promtool test rules``."""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from cephnode_exporter.ceph.latency import LatencyWindow, PooledHistogram, histogram_quantile
+
+from tests.conftest import need_tool
+
+INF = math.inf
+# 10 ops up to 0.1 s, 20 more up to 0.2 s, 60 up to 0.4 s, 10 slower.
+HAND = [(0.1, 10.0), (0.2, 30.0), (0.4, 90.0), (INF, 100.0)]
+
+# ----------------------------------------------------------------------------- quantile
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        (0.05, 0.1 * 5 / 10),  # rank 5 in the first bucket: from 0 to 0.1
+        (0.1, 0.1),  # rank 10: the first bucket's edge
+        (0.5, 0.2 + 0.2 * (50 - 30) / 60),  # rank 50, 20th of the 60 in (0.2, 0.4]
+        (0.9, 0.4),  # rank 90: the last finite bucket's edge
+        (0.95, 0.4),  # rank 95 is in +Inf: the highest finite edge
+        (1.0, 0.4),
+        (0.0, 0.0),  # rank 0 in the first bucket
+    ],
+)
+def test_quantile_by_hand(q: float, expected: float) -> None:
+    assert histogram_quantile(q, HAND) == pytest.approx(expected, rel=1e-15)
+
+
+def test_quantile_of_nothing_is_none() -> None:
+    assert histogram_quantile(0.99, [(0.1, 0.0), (0.2, 0.0), (INF, 0.0)]) is None
+    assert histogram_quantile(0.99, []) is None
+    assert histogram_quantile(0.99, [(INF, 5.0)]) is None  # one bucket
+    assert histogram_quantile(0.99, [(0.1, 5.0), (0.2, 5.0)]) is None  # no +Inf
+    assert histogram_quantile(math.nan, HAND) is None
+    # q = 0 with an empty first bucket: 0/0 in PromQL (NaN).
+    assert histogram_quantile(0.0, [(0.1, 0.0), (INF, 5.0)]) is None
+
+
+def test_quantile_outside_0_1_is_infinite() -> None:
+    assert histogram_quantile(-0.5, HAND) == -INF
+    assert histogram_quantile(1.5, HAND) == INF
+
+
+def test_non_monotonic_counts_take_the_envelope() -> None:
+    """A bucket below its predecessor (a torn read) counts as the predecessor, as PromQL's
+    ensureMonotonic does: [10, 5, 20, 20] is read as [10, 10, 20, 20]."""
+    torn = [(0.1, 10.0), (0.2, 5.0), (0.4, 20.0), (INF, 20.0)]
+    assert histogram_quantile(0.5, torn) == pytest.approx(0.1)  # rank 10: the first edge
+    assert histogram_quantile(0.75, torn) == pytest.approx(0.2 + 0.2 * 5 / 10)
+    # Without the envelope, rank 15 would interpolate over a negative bucket.
+    assert histogram_quantile(0.75, torn) != histogram_quantile(0.75, torn[:1] + torn[2:])
+
+
+def test_unsorted_and_repeated_edges() -> None:
+    """Buckets are sorted by edge and equal edges merged (le="0.1" and le="0.10")."""
+    shuffled = [(0.2, 30.0), (0.1, 4.0), (INF, 100.0), (0.1, 6.0), (0.4, 90.0)]
+    for q in (0.05, 0.5, 0.99):
+        assert histogram_quantile(q, shuffled) == histogram_quantile(q, HAND)
+
+
+def test_a_first_edge_at_or_below_zero_is_returned_as_is() -> None:
+    assert histogram_quantile(0.2, [(0.0, 5.0), (1.0, 10.0), (INF, 10.0)]) == 0.0
+    assert histogram_quantile(0.7, [(0.0, 5.0), (1.0, 10.0), (INF, 10.0)]) == pytest.approx(0.4)
+
+
+# ----------------------------------------------------------------------------- window
+
+EDGES = (0.001, 0.002, 0.004, INF)
+
+
+def hist(fast: float, slow: float) -> list[tuple[float, float]]:
+    """``fast`` ops under 1 ms, ``slow`` ops between 2 and 4 ms, cumulative."""
+    return list(zip(EDGES, (fast, fast, fast + slow, fast + slow), strict=True))
+
+
+def test_window_needs_two_reads_time_and_ops() -> None:
+    w = LatencyWindow(300)
+    w.observe(0, hist(0, 0), 0.0)
+    assert w.quantile(0.99) is None  # one read
+    w.observe(0, hist(100, 0), 0.05)
+    assert w.quantile(0.99) is None  # no time in between
+    w.observe(60, hist(100, 0), 0.05)
+    # 100 ops in 60 s, all under 1 ms: rank 99 of 100 in the first bucket.
+    assert w.quantile(0.99) == pytest.approx(0.001 * 0.99)
+    assert w.quantile(0.5) == pytest.approx(0.0005)
+
+
+def test_window_minimum_rate() -> None:
+    w = LatencyWindow(300)
+    w.observe(0, hist(0, 0), 0.0)
+    w.observe(60, hist(0, 59), 0.18)
+    assert w.quantile(0.99) is None  # 59 ops in 60 s
+    assert w.quantile(0.99, min_rate=0.5) == pytest.approx(0.002 + 0.002 * (0.99 * 59) / 59)
+    w.observe(120, hist(0, 120), 0.36)
+    assert w.quantile(0.99) == pytest.approx(0.002 + 0.002 * 0.99)  # 1 op/s exactly
+
+
+def test_window_baseline_is_the_oldest_read_inside_it() -> None:
+    """One read a minute, a 300 s window: at 360 s the read at 0 has left (360 > 300),
+    the read at 60 s is the baseline (300 <= 300). All slow ops came in the first
+    minute, so the p99 says whether they are still in the window."""
+    w = LatencyWindow(300)
+    w.observe(0, hist(0, 0), 0.0)
+    w.observe(60, hist(0, 600), 1.8)  # 600 slow ops in the first minute
+    for t in range(120, 361, 60):
+        w.observe(t, hist(600 * (t // 60 - 1), 600), 1.8)  # then 10 fast op/s
+        assert len(w) == min(t // 60 + 1, 6)
+    assert len(w) == 6  # 60 ... 360
+    # Baseline 60 s: only the 3,000 fast ops are in the window.
+    assert w.quantile(0.99) == pytest.approx(0.001 * 0.99)
+    w2 = LatencyWindow(360)  # the same reads with a window reaching back to 0
+    w2.observe(0, hist(0, 0), 0.0)
+    w2.observe(60, hist(0, 600), 1.8)
+    for t in range(120, 361, 60):
+        w2.observe(t, hist(600 * (t // 60 - 1), 600), 1.8)
+    assert len(w2) == 7
+    assert w2.quantile(0.99) == pytest.approx(0.002 + 0.002 * (0.99 * 3600 - 3000) / 600)
+
+
+def test_window_reset_drops_the_history() -> None:
+    w = LatencyWindow(300)
+    w.observe(0, hist(100, 0), 0.05)
+    w.observe(60, hist(200, 0), 0.1)
+    assert w.quantile(0.99) is not None
+    w.observe(120, hist(30, 0), 0.01)  # the OSD restarted: counts fell
+    assert len(w) == 1 and w.quantile(0.99) is None
+    w.observe(180, hist(30, 120), 0.4)
+    assert w.quantile(0.99) == pytest.approx(0.002 + 0.002 * 0.99)
+    # Only the sum fell (the counts did not move): a reset too.
+    w.observe(240, hist(30, 120), 0.2)
+    assert len(w) == 1
+    # New edges (another axis): the old reads no longer compare.
+    w.observe(300, [(0.001, 1.0), (INF, 500.0)], 0.5)
+    assert len(w) == 1
+
+
+# ----------------------------------------------------------------------------- pool
+
+
+def counts(p: PooledHistogram) -> list[float]:
+    return [n for _, n in p.buckets()]
+
+
+def test_pool_adds_increases_and_counts_a_reset_from_zero() -> None:
+    p = PooledHistogram()
+    assert p.buckets() == [] and p.sum() == 0.0
+    p.update("a", hist(10, 0), 0.01, initial=True)
+    p.update("b", hist(0, 5), 0.015, initial=True)
+    assert p.buckets() == list(zip(EDGES, (10.0, 10.0, 15.0, 15.0), strict=True))
+    assert p.sum() == pytest.approx(0.025)
+    p.update("a", hist(30, 0), 0.03, initial=False)
+    p.update("b", hist(0, 8), 0.024, initial=False)
+    assert counts(p) == [30, 30, 38, 38]
+    # b restarts and does 2 slow ops: +2, never a drop of 6.
+    p.update("b", hist(0, 2), 0.006, initial=False)
+    assert counts(p) == [30, 30, 40, 40]
+    assert p.sum() == pytest.approx(0.03 + 0.024 + 0.006)
+
+
+def test_pool_missed_scrapes_new_and_forgotten_osds() -> None:
+    p = PooledHistogram()
+    p.update("a", hist(10, 0), 0.01, initial=True)
+    p.update("b", hist(10, 0), 0.01, initial=True)
+    # b misses two scrapes; a goes on.
+    p.update("a", hist(20, 0), 0.02, initial=False)
+    p.update("a", hist(30, 0), 0.03, initial=False)
+    assert counts(p) == [40, 40, 40, 40]
+    p.update("b", hist(25, 0), 0.025, initial=False)  # back: its 15 ops since count
+    assert counts(p) == [55, 55, 55, 55]
+    # c appears after the start with a lifetime of ops: only a baseline.
+    p.update("c", hist(1000, 1000), 5.0, initial=False)
+    assert counts(p) == [55, 55, 55, 55] and "c" in p
+    p.update("c", hist(1000, 1001), 5.003, initial=False)
+    assert counts(p) == [55, 55, 56, 56]
+    # a's socket goes: its ops stay; back later, it is a new baseline.
+    p.forget("a")
+    assert "a" not in p and counts(p) == [55, 55, 56, 56]
+    p.update("a", hist(500, 0), 0.5, initial=False)
+    assert counts(p) == [55, 55, 56, 56]
+    assert p.sum() == pytest.approx(0.03 + 0.025 + 0.003)
+
+
+def test_pool_skips_other_edges_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    p = PooledHistogram()
+    p.update("a", hist(10, 0), 0.01, initial=True)
+    other = [(0.001, 5.0), (INF, 5.0)]
+    with caplog.at_level(logging.WARNING, logger="cephnode_exporter.ceph.latency"):
+        p.update("x", other, 0.1, initial=True)
+        p.update("x", [(0.001, 9.0), (INF, 9.0)], 0.2, initial=False)
+    assert counts(p) == [10, 10, 10, 10]
+    assert len([r for r in caplog.records if "edges differ" in r.getMessage()]) == 1
+
+
+# ----------------------------------------------------------------------------- PromQL
+
+# Shapes of increases per minute, over 5 minutes of one sample a minute, checked against
+# Prometheus' histogram_quantile(q, rate(x_bucket[5m])). The last uses the OSD axis
+# (100 us x 2^k); "torn" has a bucket below the one before.
+SHAPES: dict[str, tuple[list[float], list[float]]] = {
+    "middle": ([0.001, 0.002, 0.004, INF], [30, 400, 995, 1000]),
+    "first": ([0.0001, 0.0002, INF], [100, 100, 100]),
+    "inf": ([0.1, 0.2, INF], [10, 20, 21]),
+    "torn": ([0.1, 0.2, 0.4, INF], [50, 45, 99, 100]),
+    "osd": (
+        [0.0001 * 2**k for k in range(17)] + [INF],
+        [0, 0, 0, 0, 0, 35, 170, 890, 1480, 1700, 1760, 1771, 1772, 1772, 1772, 1772, 1773, 1775],
+    ),
+}
+QUANTILES = (0.5, 0.9, 0.99)
+RANGE_S = 300
+
+
+def _le(edge: float) -> str:
+    return "+Inf" if edge == INF else repr(edge)
+
+
+def test_quantile_agrees_with_promql(tmp_path: Path) -> None:
+    """promtool (Prometheus 2.42) evaluates histogram_quantile(q, rate(x_bucket[5m]))
+    over series that grow by the shapes' increases; the expected values are this
+    module's on the same increases. Prometheus 2.42's promtool compares sample values
+    exactly, so the increases go in as PromQL turns them into rates: with samples at both
+    ends of the range there is no extrapolation, and rate() multiplies the increase by
+    1/300 (its factor). The raw increases give the same quantile to 1e-12."""
+    promtool = need_tool("promtool", "prometheus")
+    series = []
+    for shape, (edges, incs) in SHAPES.items():
+        for edge, inc in zip(edges, incs, strict=True):
+            start = 3 * inc + 7  # any start: rate() sees the increase
+            series.append(
+                {
+                    "series": f'x_bucket{{shape="{shape}",le="{_le(edge)}"}}',
+                    "values": f"{start:g}+{inc:g}x5",
+                }
+            )
+    tests = []
+    for q in QUANTILES:
+        samples = []
+        for shape, (edges, incs) in SHAPES.items():
+            increases = [5 * n for n in incs]
+            rates = [(e, n * (1 / RANGE_S)) for e, n in zip(edges, increases, strict=True)]
+            got = histogram_quantile(q, rates)
+            raw = histogram_quantile(q, list(zip(edges, increases, strict=True)))
+            assert got is not None and raw == pytest.approx(got, rel=1e-12), shape
+            samples.append({"labels": f'{{shape="{shape}"}}', "value": got})
+        tests.append(
+            {
+                "expr": f"histogram_quantile({q}, rate(x_bucket[5m]))",
+                "eval_time": "5m",
+                "exp_samples": samples,
+            }
+        )
+    doc = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+    }
+    path = tmp_path / "quantile.yml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
