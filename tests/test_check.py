@@ -117,6 +117,19 @@ def test_metrics_and_check_agree(node_trees: dict[str, Tree]) -> None:
             assert failed is None  # no series for a result that is not a judgement
         else:
             assert failed == (1 if r["status"] == "fail" else 0)
+    # The per-check tally counts the same results: every judged check has both
+    # statuses, 0 included (the NVMe checks judge several subjects on this node).
+    judged = {r["check"] for r in report["results"] if r["status"] not in ("skip", "unknown")}
+    for check in judged:
+        for status in ("fail", "warn"):
+            n = sum(r["check"] == check and r["status"] == status for r in report["results"])
+            tally = value(result, "cephnode_tuning_check_subjects", check=check, status=status)
+            assert tally == n, (check, status)
+    assert value(result, "cephnode_tuning_check_subjects", check="nvme.scheduler",
+                 status="fail") > 1  # fmt: skip
+    skipped = {r["check"] for r in report["results"]} - judged
+    for check in skipped:
+        assert value(result, "cephnode_tuning_check_subjects", check=check, status="fail") is None
 
 
 def test_profile_downgrades_and_disables(node_trees: dict[str, Tree], tmp_path: Path) -> None:

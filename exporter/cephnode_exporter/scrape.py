@@ -113,13 +113,30 @@ class Collection:
             "1 when the tuning check warns for the subject.",
             labels=["check", "subject"],
         )
+        # Per check, how many subjects fail or warn: a few series per node that change
+        # whenever a result does, so that a rule watching for changes (alerts/,
+        # CephNodeTuningChanged) need not read every per-subject series for an hour.
+        subjects = GaugeMetricFamily(
+            metric_name("tuning_check_subjects"),
+            "Subjects for which the tuning check has the status (fail or warn); 0 when none.",
+            labels=["check", "status"],
+        )
+        tally: dict[str, dict[str, int]] = {}
         for r in self.results:
             if r.status in (Status.SKIP, Status.UNKNOWN):
                 # Unknown is carried by the collector's success metric; skip is not a result.
                 continue
             failed.add_metric([r.check, r.subject], 1.0 if r.status == Status.FAIL else 0.0)
             warning.add_metric([r.check, r.subject], 1.0 if r.status == Status.WARN else 0.0)
-        yield from (failed, warning)
+            counts = tally.setdefault(r.check, {"fail": 0, "warn": 0})
+            if r.status == Status.FAIL:
+                counts["fail"] += 1
+            elif r.status == Status.WARN:
+                counts["warn"] += 1
+        for check, counts in tally.items():
+            for status, n in counts.items():
+                subjects.add_metric([check, status], float(n))
+        yield from (failed, warning, subjects)
 
 
 class _Call:

@@ -129,6 +129,8 @@ LATENCY_WINDOW_S = 300.0
 # Every OSD of the fleet has an NVMe data device.
 MEDIA = "nvme"
 QUANTILE_NAME = "cephnode_osd_op_latency_quantile_seconds"
+# Check result series -> the status their 1 stands for.
+CHECK_STATUS = {"cephnode_tuning_check_failed": "fail", "cephnode_tuning_check_warning": "warn"}
 HOST_HIST_NAMES = (
     "cephnode_osd_host_op_latency_seconds_bucket",
     "cephnode_osd_host_op_latency_seconds_count",
@@ -263,6 +265,7 @@ SYNTHETIC = frozenset(
         "cephnode_scrape_collector_success",
         "cephnode_tuning_check_failed",
         "cephnode_tuning_check_warning",
+        "cephnode_tuning_check_subjects",
         "cephnode_kprofile_samples_total",
         "cephnode_kprofile_sampled_seconds_total",
         "cephnode_kprofile_windows_total",
@@ -667,9 +670,11 @@ class Generator:
         for host in self.fleet.hosts:
             if names is not None and host.name not in names:
                 continue
+            self._tally: dict[str, dict[str, list[float]]] = {}
             self._host(writer, host)
             per_osd = [self._osd(writer, host, osd) for osd in host.osds]
             self._host_histogram(writer, host, per_osd)
+            self._check_tally(writer, host)
             if progress:
                 progress(host.name)
         if mgr:
@@ -694,6 +699,8 @@ class Generator:
         for name, labels, value in snap.samples:
             if not self.want(name) or self._synthetic(name, labels):
                 continue
+            if name in CHECK_STATUS:
+                self._count(labels["check"], CHECK_STATUS[name], [value] * n)
             key = (name, frozenset(labels.items()))
             values = dynamic.get(key)
             w.write(name, {**labels, **tgt}, values if values is not None else [value] * n)
@@ -709,6 +716,8 @@ class Generator:
             "pgs",
         ):
             return True
+        if name == "cephnode_tuning_check_subjects":
+            return True  # the tally of every check result written, snapshot's and ours
         return (
             name.startswith("cephnode_tuning_check_")
             and labels.get("check") == "kernel.spinlock_iommu"
@@ -858,6 +867,7 @@ class Generator:
     ) -> None:
         labels = {"check": check, "subject": subject, **tgt}
         zero = [0.0] * len(deviates)
+        self._count(check, severity, deviates)
         if self.want("cephnode_tuning_check_failed"):
             w.write(
                 "cephnode_tuning_check_failed", labels, deviates if severity == "fail" else zero
@@ -866,6 +876,28 @@ class Generator:
             w.write(
                 "cephnode_tuning_check_warning", labels, deviates if severity == "warn" else zero
             )
+
+    def _count(self, check: str, status: str, values: list[float]) -> None:
+        """Add one subject's results (1 where it has ``status``) to the host's tally."""
+        tally = self._tally.setdefault(
+            check, {"fail": [0.0] * len(values), "warn": [0.0] * len(values)}
+        )
+        for i, v in enumerate(values):
+            tally[status][i] += v
+
+    def _check_tally(self, w: Writer, host: Host) -> None:
+        """cephnode_tuning_check_subjects: the exporter's per-check count of failing and
+        warning subjects, from every check result written for the host."""
+        if not self.want("cephnode_tuning_check_subjects"):
+            return
+        tgt = self.target(host)
+        for check, statuses in sorted(self._tally.items()):
+            for status, values in statuses.items():
+                w.write(
+                    "cephnode_tuning_check_subjects",
+                    {"check": check, "status": status, **tgt},
+                    values,
+                )
 
     # ------------------------------------------------------------------ laggy PGs
 
