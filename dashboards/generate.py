@@ -728,13 +728,13 @@ def fleet() -> dict[str, Any]:
                     # Per media, not per $device_class: media is the exporter's view of
                     # the disks (nvme, ssd, hdd), which the mgr's classes may rename.
                     target(
-                        "instance_media_op:cephnode_osd_host_op_latency_seconds:p99_rate5m"
+                        "instance_media_op:cephnode_osd_host_op_latency_quantile_seconds:p99"
                         '{<FLEET>, op="$op"}',
                         "{{instance}} {{media}}",
                     ),
                     target(
-                        "cluster_media_op:cephnode_osd_host_op_latency_seconds:"
-                        'quantile_instance_p99_rate5m{<FLEET>, op="$op", quantile="0.5"}',
+                        "cluster_media_op:cephnode_osd_host_op_latency_quantile_seconds:"
+                        'quantile_instance_p99{<FLEET>, op="$op", quantile="0.5"}',
                         "fleet median ({{media}})",
                     ),
                 ],

@@ -352,33 +352,40 @@ def counter_age(tree: Tree) -> Callable[[str], float]:
 
 
 def window_quantiles(families: list[Any], age: Callable[[str], float]) -> list[Any]:
-    """The exporter's per-OSD p99 gauge as it reads after a window at this collection's
-    rates. One collection has no earlier read to take it from; the series here grow
-    linearly from 0 over their age, so any window holds the OSD's lifetime distribution.
-    The exporter's own code computes it, with its 1 op/s floor."""
+    """The exporter's latency quantile gauges as it reads them after a window at this
+    collection's rates: each OSD's p99 and each pooled histogram's p50 and p99. One
+    collection has no earlier read to take them from; the series here grow linearly
+    from 0 over their age, so any window holds the lifetime distribution. The exporter's
+    own code computes them, with its 1 op/s floor."""
     from cephnode_exporter.ceph.latency import histogram_quantile
     from prometheus_client.core import GaugeMetricFamily
 
-    hist = next((f for f in families if f.name == "cephnode_osd_op_latency_seconds"), None)
-    if hist is None:
-        return []
-    per: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for s in hist.samples:
-        if s.name.endswith("_bucket"):
-            key = (s.labels["ceph_daemon"], s.labels["op"])
-            per.setdefault(key, []).append((float(s.labels["le"]), s.value))
-    gauge = GaugeMetricFamily(
-        "cephnode_osd_op_latency_quantile_seconds", "p99 (dashboard fixture)",
-        labels=["ceph_daemon", "op", "quantile"],
-    )  # fmt: skip
-    for (daemon, op), buckets in sorted(per.items()):
-        buckets.sort()
-        if buckets[-1][1] / age("cephnode_osd_op_latency_seconds_bucket") < 1:
+    out = []
+    for source, name, keys, quantiles in (
+        ("cephnode_osd_op_latency_seconds", "cephnode_osd_op_latency_quantile_seconds",
+         ("ceph_daemon", "op"), (0.99,)),
+        ("cephnode_osd_host_op_latency_seconds",
+         "cephnode_osd_host_op_latency_quantile_seconds", ("op", "media"), (0.5, 0.99)),
+    ):  # fmt: skip
+        hist = next((f for f in families if f.name == source), None)
+        if hist is None:
             continue
-        q = histogram_quantile(0.99, buckets)
-        if q is not None:
-            gauge.add_metric([daemon, op, "0.99"], q)
-    return [gauge]
+        per: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+        for s in hist.samples:
+            if s.name.endswith("_bucket"):
+                key = tuple(s.labels[k] for k in keys)
+                per.setdefault(key, []).append((float(s.labels["le"]), s.value))
+        gauge = GaugeMetricFamily(name, "dashboard fixture", labels=[*keys, "quantile"])
+        for key, buckets in sorted(per.items()):
+            buckets.sort()
+            if buckets[-1][1] / age(f"{source}_bucket") < 1:
+                continue
+            for q in quantiles:
+                value = histogram_quantile(q, buckets)
+                if value is not None:
+                    gauge.add_metric([*key, repr(q)], value)
+        out.append(gauge)
+    return out
 
 
 def _series(
@@ -562,9 +569,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             networks[host.tree] = node_exporter_network(trees[host.tree])
         tree = trees[host.tree]
         families = collect_host(host, tree, 3 * i, work)
-        families = [
-            f for f in families if f.name != "cephnode_osd_op_latency_quantile_seconds"
-        ] + window_quantiles(families, counter_age(tree))
+        gauges = window_quantiles(families, counter_age(tree))
+        families = [f for f in families if f.name not in {g.name for g in gauges}] + gauges
         target = {"cluster": CLUSTER, "instance": f"{host.name}:10060", "job": "cephnode"}
         _series(families, target, series, counter_age(tree))
         # node_exporter is another job on another port, without the cluster label.

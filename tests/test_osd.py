@@ -1744,6 +1744,47 @@ def test_p99_needs_a_second_read_and_1_op_per_second(osd_tree: Tree, fake_node: 
         scraper.close()
 
 
+def test_pooled_quantiles_follow_the_pool(osd_tree: Tree, fake_node: FakeNode) -> None:
+    """The per-host p50 and p99 (cephnode_osd_host_op_latency_quantile_seconds) are the
+    pooled histogram's quantiles over the window: none after the first read; after a
+    minute of 600 ops per OSD in one bucket, that bucket's 50 % and 99 % points for each
+    pool (memstore osd.0 "unknown", BlueStore osd.3 on NVMe "nvme"); none at 0.5 op/s."""
+    recorded_node(fake_node, osd_tree)
+    osds = [s.handler for s in fake_node.servers.values()]
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}",
+             "--collector.osd.latency-window=60", *ONLY_OSD]  # fmt: skip
+    scraper, clock = osd_scraper(flags)
+    name = "cephnode_osd_host_op_latency_quantile_seconds"
+
+    def quantiles(c: Collection) -> dict[tuple[str, str, str], float]:
+        out = {}
+        for (metric, labels), v in samples(c).items():
+            if metric == name:
+                lab = dict(labels)
+                out[(lab["media"], lab["op"], lab["quantile"])] = v
+        return out
+
+    def step(ops: int) -> dict[tuple[str, str, str], float]:
+        for o in osds:
+            busier(o, ops)  # type: ignore[arg-type]
+        clock.now += 60
+        return quantiles(scraper.collect(10.0))
+
+    try:
+        assert quantiles(scraper.collect(10.0)) == {}
+        got = step(600)
+        want = {
+            (media, op, q): BUSY_LOW + (BUSY_HIGH - BUSY_LOW) * rank / 600
+            for media in ("unknown", "nvme")
+            for op in OPS
+            for q, rank in (("0.5", 300), ("0.99", 594))
+        }
+        assert got == pytest.approx(want), got
+        assert step(30) == {}
+    finally:
+        scraper.close()
+
+
 def _media_tree(root: Path) -> HostFS:
     """Disks of four kinds behind OSD data directories under ``root``: /osd/hdd1 and
     /osd/hdd2 on SATA disks with rotational 1, /osd/ssd on one with 0, /osd/nvme on an

@@ -135,7 +135,9 @@ HOST_HIST_NAMES = (
     "cephnode_osd_host_op_latency_seconds_bucket",
     "cephnode_osd_host_op_latency_seconds_count",
     "cephnode_osd_host_op_latency_seconds_sum",
+    "cephnode_osd_host_op_latency_quantile_seconds",
 )
+HOST_QUANTILES = (0.5, 0.99)
 
 SWING_PEAK_OPS = 2.5
 SWING_PEAK_LATENCY = 1.7
@@ -280,6 +282,7 @@ SYNTHETIC = frozenset(
         "cephnode_osd_host_op_latency_seconds_bucket",
         "cephnode_osd_host_op_latency_seconds_count",
         "cephnode_osd_host_op_latency_seconds_sum",
+        "cephnode_osd_host_op_latency_quantile_seconds",
         "cephnode_osd_ops_total",
         *(
             f"cephnode_osd_{stage}_{part}"
@@ -934,15 +937,16 @@ class Generator:
             for primary, r1, r2, state in pgs:
                 for osd, role in ((primary, "primary"), (r1, "replica"), (r2, "replica")):
                     counts.setdefault((osd, role, state), [0.0] * n)[i] += 1
-        for osd in self.fleet.osds:
-            for role in ("primary", "replica"):
-                for state in ("laggy", "wait"):
-                    vals = counts.get((osd.id, role, state), [0.0] * n)
-                    w.write(
-                        "cephnode_osd_laggy_pgs",
-                        {"ceph_daemon": osd.ceph_daemon, "role": role, "state": state, **tgt},
-                        vals,
-                    )
+        # Only non-zero counts, as the collector exports them (docs/metrics.md): a
+        # series exists while its OSD is in such PGs. When it vanishes, Prometheus marks
+        # it stale at the next scrape; a backfill cannot write that marker, and queries
+        # would carry the last count for the 5-minute lookback, so a 0 stands in for it.
+        for (osd_id, role, state), vals in sorted(counts.items()):
+            w.write(
+                "cephnode_osd_laggy_pgs",
+                {"ceph_daemon": f"osd.{osd_id}", "role": role, "state": state, **tgt},
+                [v if v else (0.0 if i and vals[i - 1] else None) for i, v in enumerate(vals)],
+            )
 
     def _blip(self) -> tuple[int, int]:
         """(time index, OSD id) of the one slow op: the first scrape at or after the blip
@@ -1160,8 +1164,9 @@ class Generator:
     def _host_histogram(
         self, w: Writer, host: Host, per_osd: list[dict[str, dict[str, Any]]]
     ) -> None:
-        """The exporter's per-host histogram: its OSDs pooled per op type with its own
-        PooledHistogram, read by read as the exporter does (all first reads at start)."""
+        """The exporter's per-host histogram and its p50/p99: its OSDs pooled per op type
+        with its own PooledHistogram and LatencyWindow, read by read as the exporter does
+        (all first reads at start)."""
         if not host.osds or not self.want_any(*HOST_HIST_NAMES):
             return
         from cephnode_exporter.ceph import latency
@@ -1170,9 +1175,11 @@ class Generator:
         labels = {"media": MEDIA, **self.target(host)}
         for op in OPS:
             pool = latency.PooledHistogram()
+            window = latency.LatencyWindow(LATENCY_WINDOW_S)
             buckets: list[list[float | None]] = [[None] * n for _ in self.edges]
             sums: list[float | None] = [None] * n
-            for i in range(n):
+            quantiles: dict[float, list[float | None]] = {q: [None] * n for q in HOST_QUANTILES}
+            for i, t in enumerate(self.times):
                 for osd, counts in zip(host.osds, per_osd, strict=True):
                     c = counts[op]
                     pool.update(
@@ -1184,6 +1191,9 @@ class Generator:
                 for k, (_, v) in enumerate(pool.buckets()):
                     buckets[k][i] = v
                 sums[i] = round(pool.sum(), 6)
+                window.observe(float(t), pool.buckets(), pool.sum())
+                for q, values in quantiles.items():
+                    values[i] = window.quantile(q)
             lab = {"op": op, **labels}
             if self.want(HOST_HIST_NAMES[0]):
                 for k, le in enumerate(self.le):
@@ -1192,6 +1202,9 @@ class Generator:
                 w.write(HOST_HIST_NAMES[1], lab, buckets[-1])
             if self.want(HOST_HIST_NAMES[2]):
                 w.write(HOST_HIST_NAMES[2], lab, sums)
+            if self.want(HOST_HIST_NAMES[3]):
+                for q, values in quantiles.items():
+                    w.write(HOST_HIST_NAMES[3], {**lab, "quantile": repr(q)}, values)
 
     def _op_counts(
         self,

@@ -172,7 +172,7 @@ def rule_manager(
         groups = get(prom, "/api/v1/rules")["groups"]
         unhealthy = {g["name"]: sum(1 for r in g["rules"] if r["health"] != "ok") for g in groups}
         fresh = prom.query(
-            f"count(timestamp(ceph_daemon_op:cephnode_osd_op_latency_seconds:p99_rate5m)"
+            f"count(timestamp(ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99)"
             f" > {data_end})"
         )
     p99 = int(float(fresh[0]["value"][1])) if fresh else 0

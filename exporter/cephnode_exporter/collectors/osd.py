@@ -105,6 +105,9 @@ DEFAULT_LATENCY_WINDOW = 300.0
 # fewer than 60 ops a minute is one slow op's latency, not a distribution's tail.
 LATENCY_QUANTILE = 0.99
 LATENCY_MIN_RATE = 1.0
+# ... and per op type and media over the node's pooled OSDs: the median too, for the
+# host's typical op, as no per-OSD p50 is exported (series budget).
+HOST_LATENCY_QUANTILES = (0.5, 0.99)
 
 # (perf dump section.counter, metric name suffix, help) of the time averages exported as
 # summaries with only _sum and _count (a Prometheus summary without quantiles: the mean
@@ -310,8 +313,18 @@ class OSDFacts:
         return self.error is None
 
 
-# (op, media) -> a pooled histogram's cumulative (edge, count) buckets and its sum.
-HostHistograms = dict[tuple[str, str], tuple[list[tuple[float, float]], float]]
+@dataclass(frozen=True)
+class PooledLatency:
+    """One pooled histogram at a scrape: cumulative (edge, count) buckets, the sum, and
+    its HOST_LATENCY_QUANTILES over the window (only those with enough ops)."""
+
+    buckets: list[tuple[float, float]]
+    sum: float
+    quantiles: dict[float, float] = field(default_factory=dict)
+
+
+# (op, media) -> the node's OSDs pooled.
+HostHistograms = dict[tuple[str, str], PooledLatency]
 
 
 @dataclass
@@ -493,6 +506,7 @@ class OSDCollector(Collector):
         self._latency_lock = threading.Lock()
         self._latency: dict[str, _LatencyState] = {}
         self._pools: dict[tuple[str, str], PooledHistogram] = {}
+        self._pool_windows: dict[tuple[str, str], LatencyWindow] = {}
         self._latency_started = False
 
     @classmethod
@@ -532,9 +546,9 @@ class OSDCollector(Collector):
             type=bounded(float, 60, 3600, "seconds"),
             default=DEFAULT_LATENCY_WINDOW,
             metavar="SECONDS",
-            help="each OSD's exported p99 op latency covers its reads of this many seconds "
-            "(cephnode_osd_op_latency_quantile_seconds, like rate() over this range; "
-            "default: %(default)s)",
+            help="the exported op latency quantiles (each OSD's p99, the node's pooled p50 "
+            "and p99) cover the histogram reads of this many seconds, like rate() over "
+            "this range (default: %(default)s)",
         )
         parser.add_argument(
             "--collector.osd.all-debug-levels",
@@ -648,6 +662,15 @@ class OSDCollector(Collector):
                     if pool is None:
                         pool = self._pools[(op, state.media)] = PooledHistogram()
                     pool.update(path, h.buckets, avg.sum, initial=from_zero)
+            # Each pool is a counter of its own: its window sees every scrape, even one
+            # where none of its OSDs answered (no ops added).
+            for key, pool in self._pools.items():
+                buckets = pool.buckets()
+                if buckets:
+                    window = self._pool_windows.get(key)
+                    if window is None:
+                        window = self._pool_windows[key] = LatencyWindow(self._latency_window)
+                    window.observe(now, buckets, pool.sum())
             return self._pooled()
 
     def _forget_pooled(self, path: str) -> None:
@@ -659,8 +682,15 @@ class OSDCollector(Collector):
         out: HostHistograms = {}
         for key, pool in sorted(self._pools.items()):
             buckets = pool.buckets()
-            if buckets:
-                out[key] = (buckets, pool.sum())
+            if not buckets:
+                continue
+            quantiles = {}
+            window = self._pool_windows.get(key)
+            for q in HOST_LATENCY_QUANTILES if window is not None else ():
+                value = window.quantile(q, LATENCY_MIN_RATE)
+                if value is not None:
+                    quantiles[q] = value
+            out[key] = PooledLatency(buckets, pool.sum(), quantiles)
         return out
 
     def _numa_nodes(self, errors: ReadErrors) -> dict[int, frozenset[int]] | None:
@@ -958,8 +988,18 @@ def build_metrics(
         "goes backwards.",
         labels=["op", "media"],
     )
-    for (op, media), (buckets, total) in sorted((host or {}).items()):
-        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in buckets], total)
+    pooled_quantile = GaugeMetricFamily(
+        metric_name("osd", "host_op_latency_quantile_seconds"),
+        f"Client op latency quantile of all OSDs of this node pooled per op type and data "
+        f"disk kind, over the last {window:g} s (--collector.osd.latency-window) of the "
+        "pooled histogram, interpolated like PromQL's histogram_quantile of rate(); absent "
+        f"below {LATENCY_MIN_RATE:g} op/s in that window.",
+        labels=["op", "media", "quantile"],
+    )
+    for (op, media), p in sorted((host or {}).items()):
+        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in p.buckets], p.sum)
+        for q, value in sorted(p.quantiles.items()):
+            pooled_quantile.add_metric([op, media, repr(q)], value)
 
     for o in osds:
         d = o.ceph_daemon
@@ -1059,6 +1099,7 @@ def build_metrics(
         *(f for _, f in kv_cf),
         device,
         pooled,
+        pooled_quantile,
     ]
 
 
