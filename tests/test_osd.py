@@ -831,6 +831,79 @@ def test_the_fixture_process_as_the_reader_sees_it(osd_tree: Tree) -> None:
         process.read_process(fs, pid, process.ProcessState(), comms=frozenset({"ceph-mon"}))
 
 
+def test_thread_status_files_stay_open_and_fresh() -> None:
+    """This process's threads through the real /proc: one kept file per thread, each
+    pread returns the thread's current status (a thread that sleeps gains voluntary
+    switches between two reads of the same descriptor), an exited thread's kept file
+    reads as gone, keep_only closes files of unlisted threads, and past the descriptor
+    budget reads still work without keeping files."""
+    stop = threading.Event()
+    ticks = threading.Event()
+
+    def sleeper() -> None:
+        while not stop.is_set():
+            ticks.wait(0.001)
+
+    workers = [threading.Thread(target=sleeper, daemon=True) for _ in range(4)]
+    for w in workers:
+        w.start()
+    files = process.ThreadFiles()
+    task = f"/proc/{os.getpid()}/task"
+    try:
+        tids = {int(t) for t in os.listdir(task)}
+        first = {t: process.parse_status(files.read(t, f"{task}/{t}/status")) for t in tids}
+        assert len(files) == len(tids) >= 5
+        sleeper_tid = workers[0].native_id
+        assert sleeper_tid in first
+        time.sleep(0.05)
+        again = process.parse_status(files.read(sleeper_tid, f"{task}/{sleeper_tid}/status"))
+        assert again.voluntary > first[sleeper_tid].voluntary  # same fd, fresh content
+        assert len(files) == len(tids)
+        stop.set()
+        for w in workers:
+            w.join()
+        with pytest.raises(process.ProcessGone):
+            files.read(sleeper_tid, f"{task}/{sleeper_tid}/status")
+        files.keep_only({int(t) for t in os.listdir(task)})
+        assert len(files) == len(tids) - len(workers)
+        # The budget spent: reads go through open/read/close and keep nothing.
+        files.close()
+        saved = process._fd_limit
+        process._fd_limit = process._fds_open
+        try:
+            me = os.getpid()
+            status = process.parse_status(files.read(me, f"{task}/{me}/status"))
+            assert status.threads is not None and len(files) == 0
+        finally:
+            process._fd_limit = saved
+    finally:
+        stop.set()
+        files.close()
+    assert len(files) == 0
+
+
+def test_thread_status_file_replaced_in_a_fixture_tree(tmp_path: Path) -> None:
+    """A fixture tree's status file written anew (unlinked and recreated, as a test
+    rewrites a thread) is read from the new file, not from the kept descriptor."""
+    status = tmp_path / "status"
+    text = "Name:\tceph-osd\nCpus_allowed_list:\t0-3\nvoluntary_ctxt_switches:\t{}\n"
+    text += "nonvoluntary_ctxt_switches:\t1\n"
+    status.write_text(text.format(5))
+    files = process.ThreadFiles()
+    try:
+        assert process.parse_status(files.read(7, str(status))).voluntary == 5
+        status.unlink()
+        status.write_text(text.format(9))
+        assert process.parse_status(files.read(7, str(status))).voluntary == 9
+        assert len(files) == 1
+        status.unlink()
+        with pytest.raises(process.ProcessGone):
+            files.read(7, str(status))
+        assert len(files) == 0
+    finally:
+        files.close()
+
+
 def test_the_live_path_agrees_with_psutil() -> None:
     """This very process through the real /proc, against psutil as an independent reader:
     CPU time, threads, RSS and affinity agree; the context switches are the sum over the

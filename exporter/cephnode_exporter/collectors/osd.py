@@ -562,6 +562,8 @@ class OSDCollector(Collector):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        for state in self._proc_states.values():
+            state.close()
 
     def read(self) -> OSDCollectorFacts:
         errors = ReadErrors()
@@ -794,6 +796,8 @@ class OSDCollector(Collector):
     def _forget(self, present: set[str]) -> None:
         for path in set(self._last_error) - present:
             del self._last_error[path]
+        for path in set(self._proc_states) - present:
+            self._proc_states[path].close()  # its threads' kept status files
         for cache in (self._last_host, self._proc_states, self._config_caches):
             for path in set(cache) - present:
                 del cache[path]
