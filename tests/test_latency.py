@@ -129,6 +129,19 @@ def test_window_baseline_is_the_oldest_read_inside_it() -> None:
     assert w2.quantile(0.99) == pytest.approx(0.002 + 0.002 * (0.99 * 3600 - 3000) / 600)
 
 
+def test_window_says_when_reads_are_too_sparse() -> None:
+    """Reads further apart than the window leave no baseline: gap_s says how far, so the
+    collector can say why the quantile is missing; it clears once reads come closer."""
+    w = LatencyWindow(60)
+    w.observe(0, hist(0, 0), 0.0)
+    assert w.gap_s == 0.0
+    w.observe(120, hist(600, 0), 0.3)
+    assert (w.gap_s, len(w), w.quantile(0.99)) == (120.0, 1, None)
+    w.observe(150, hist(900, 0), 0.45)
+    assert w.gap_s == 0.0
+    assert w.quantile(0.99) == pytest.approx(0.001 * 0.99)
+
+
 def test_window_reset_drops_the_history() -> None:
     w = LatencyWindow(300)
     w.observe(0, hist(100, 0), 0.05)

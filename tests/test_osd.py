@@ -34,7 +34,7 @@ from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
 from cephnode_exporter.collectors import osd as osd_collector
 from cephnode_exporter.collectors.osd import OSDCollectorFacts, OSDFacts
-from cephnode_exporter.hostfs import HostFS, ParseError, blockdev, numa, process
+from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError, blockdev, numa, process
 from cephnode_exporter.profile import load_profile
 from cephnode_exporter.scrape import Collection
 
@@ -832,11 +832,11 @@ def test_the_fixture_process_as_the_reader_sees_it(osd_tree: Tree) -> None:
 
 
 def test_thread_status_files_stay_open_and_fresh() -> None:
-    """This process's threads through the real /proc: one kept file per thread, each
-    pread returns the thread's current status (a thread that sleeps gains voluntary
-    switches between two reads of the same descriptor), an exited thread's kept file
-    reads as gone, keep_only closes files of unlisted threads, and past the descriptor
-    budget reads still work without keeping files."""
+    """This process's threads through the real /proc and kept files (AttrFiles): one
+    kept file per thread, each pread returns the thread's current status (a thread that
+    sleeps gains voluntary switches between two reads of the same descriptor), an exited
+    thread's kept file reads as gone, read_process closes the files of threads no longer
+    listed, and past the descriptor budget reads still work without keeping files."""
     stop = threading.Event()
     ticks = threading.Event()
 
@@ -847,38 +847,40 @@ def test_thread_status_files_stay_open_and_fresh() -> None:
     workers = [threading.Thread(target=sleeper, daemon=True) for _ in range(4)]
     for w in workers:
         w.start()
-    files = process.ThreadFiles()
-    task = f"/proc/{os.getpid()}/task"
+    files = AttrFiles(budget=1000, recheck=True)
+    me = os.getpid()
+    task = f"/proc/{me}/task"
+    comm = frozenset({Path("/proc/self/comm").read_text().strip()})
+
+    def status(tid: int) -> process.ThreadStatus:
+        path = f"{task}/{tid}/status"
+        return process.parse_status(files.read_bytes(path, 65536).decode(), path)
+
     try:
         tids = {int(t) for t in os.listdir(task)}
-        first = {t: process.parse_status(files.read(t, f"{task}/{t}/status")) for t in tids}
+        first = {t: status(t) for t in tids}
         assert len(files) == len(tids) >= 5
         sleeper_tid = workers[0].native_id
         assert sleeper_tid in first
         time.sleep(0.05)
-        again = process.parse_status(files.read(sleeper_tid, f"{task}/{sleeper_tid}/status"))
-        assert again.voluntary > first[sleeper_tid].voluntary  # same fd, fresh content
+        assert status(sleeper_tid).voluntary > first[sleeper_tid].voluntary  # same fd
         assert len(files) == len(tids)
         stop.set()
         for w in workers:
             w.join()
-        with pytest.raises(process.ProcessGone):
-            files.read(sleeper_tid, f"{task}/{sleeper_tid}/status")
-        files.keep_only({int(t) for t in os.listdir(task)})
-        assert len(files) == len(tids) - len(workers)
+        with pytest.raises(FileNotFoundError):
+            status(sleeper_tid)  # the kept file of an exited thread: gone, and closed
+        assert len(files) == len(tids) - 1
+        state = process.ProcessState()
+        p = process.read_process(HostFS(), me, state, comm, files=files)
+        assert len(files) == len(tids) - len(workers) == p.threads
         # The budget spent: reads go through open/read/close and keep nothing.
-        files.close()
-        saved = process._fd_limit
-        process._fd_limit = process._fds_open
-        try:
-            me = os.getpid()
-            status = process.parse_status(files.read(me, f"{task}/{me}/status"))
-            assert status.threads is not None and len(files) == 0
-        finally:
-            process._fd_limit = saved
+        files.close_all()
+        files = AttrFiles(budget=0)
+        assert status(me).threads is not None and len(files) == 0
     finally:
         stop.set()
-        files.close()
+        files.close_all()
     assert len(files) == 0
 
 
@@ -889,19 +891,23 @@ def test_thread_status_file_replaced_in_a_fixture_tree(tmp_path: Path) -> None:
     text = "Name:\tceph-osd\nCpus_allowed_list:\t0-3\nvoluntary_ctxt_switches:\t{}\n"
     text += "nonvoluntary_ctxt_switches:\t1\n"
     status.write_text(text.format(5))
-    files = process.ThreadFiles()
+    files = AttrFiles(budget=8, recheck=True)
+
+    def voluntary() -> int:
+        return process.parse_status(files.read_bytes(str(status), 4096).decode()).voluntary
+
     try:
-        assert process.parse_status(files.read(7, str(status))).voluntary == 5
+        assert voluntary() == 5
         status.unlink()
         status.write_text(text.format(9))
-        assert process.parse_status(files.read(7, str(status))).voluntary == 9
+        assert voluntary() == 9
         assert len(files) == 1
         status.unlink()
-        with pytest.raises(process.ProcessGone):
-            files.read(7, str(status))
+        with pytest.raises(FileNotFoundError):
+            voluntary()
         assert len(files) == 0
     finally:
-        files.close()
+        files.close_all()
 
 
 def test_the_live_path_agrees_with_psutil() -> None:
@@ -1815,6 +1821,32 @@ def test_p99_needs_a_second_read_and_1_op_per_second(osd_tree: Tree, fake_node: 
         assert "60 s" in help_text.documentation
     finally:
         scraper.close()
+
+
+def test_reads_sparser_than_the_window_are_logged_once(
+    osd_tree: Tree, fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scrapes two minutes apart with a 60 s window: no p99 ever, and a warning (once)
+    that says why, instead of series that are silently never there."""
+    recorded_node(fake_node, osd_tree)
+    osds = [s.handler for s in fake_node.servers.values()]
+    flags = [*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}",
+             "--collector.osd.latency-window=60", *ONLY_OSD]  # fmt: skip
+    scraper, clock = osd_scraper(flags)
+    caplog.set_level(logging.WARNING, logger="cephnode_exporter.collectors.osd")
+    try:
+        scraper.collect(10.0)
+        for _ in range(3):
+            for o in osds:
+                busier(o, 1200)  # type: ignore[arg-type]
+            clock.now += 120
+            assert p99s(scraper.collect(10.0)) == {}
+    finally:
+        scraper.close()
+    text = "further apart than the latency window"
+    warned = [r for r in caplog.records if text in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].kv == {"gap_s": 120.0, "window_s": 60.0}  # type: ignore[attr-defined]
 
 
 def test_pooled_quantiles_follow_the_pool(osd_tree: Tree, fake_node: FakeNode) -> None:

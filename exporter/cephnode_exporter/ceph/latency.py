@@ -111,6 +111,9 @@ class LatencyWindow:
         self._edges: tuple[float, ...] = ()
         # (time, cumulative counts, sum), oldest first.
         self._reads: deque[tuple[float, tuple[float, ...], float]] = deque()
+        # Seconds since the previous read when it was older than the window (so the
+        # quantile has no baseline), else 0: reads too sparse for the window.
+        self.gap_s = 0.0
 
     def __len__(self) -> int:
         return len(self._reads)
@@ -126,9 +129,12 @@ class LatencyWindow:
             _, last, last_sum = self._reads[-1]
             if _reset(counts, sum_s, last, last_sum):
                 self._reads.clear()
+        previous = self._reads[-1][0] if self._reads else None
         self._reads.append((now, counts, float(sum_s)))
         while now - self._reads[0][0] > self.window_s:
             self._reads.popleft()
+        gap = 0.0 if previous is None else now - previous
+        self.gap_s = gap if gap > self.window_s else 0.0
 
     def quantile(self, q: float, min_rate: float = 1.0) -> float | None:
         """The ``q`` quantile of the ops between the baseline and the newest read.

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import threading
 import time
@@ -73,10 +74,11 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
-from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
+from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError, ReadErrors, fd_budget
 from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, block_media, find_osd_block
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
 from cephnode_exporter.hostfs.process import (
+    THREAD_FD_SHARE,
     ProcessGone,
     ProcessSample,
     ProcessState,
@@ -398,6 +400,7 @@ def _query(
     state: ProcessState,
     cache: ConfigCache,
     interval: float,
+    files: AttrFiles | None = None,
 ) -> _Replies:
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
@@ -432,7 +435,7 @@ def _query(
         )
         return r
     try:
-        r.process = read_process(fs, r.pid, state)
+        r.process = read_process(fs, r.pid, state, files=files)
     except ProcessGone as exc:
         r.process_note = str(exc)
     except (OSError, ParseError) as exc:
@@ -485,6 +488,9 @@ class OSDCollector(Collector):
         self._last_error: dict[str, str | None] = {}
         self._last_host: dict[str, tuple[str | None, str | None]] = {}
         self._proc_states: dict[str, ProcessState] = {}
+        # The OSD processes' thread status files, kept open between scrapes (one
+        # descriptor per thread, a quarter of the descriptor limit at most).
+        self._thread_files = AttrFiles(fd_budget(THREAD_FD_SHARE), recheck=True)
         self._config_caches: dict[str, ConfigCache] = {}
         self._config_interval = float(
             getattr(opts, "collector_osd_config_interval", DEFAULT_CONFIG_INTERVAL)
@@ -508,6 +514,7 @@ class OSDCollector(Collector):
         self._pools: dict[tuple[str, str], PooledHistogram] = {}
         self._pool_windows: dict[tuple[str, str], LatencyWindow] = {}
         self._latency_started = False
+        self._sparse_logged = False
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -562,8 +569,7 @@ class OSDCollector(Collector):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        for state in self._proc_states.values():
-            state.close()
+        self._thread_files.close_all()
 
     def read(self) -> OSDCollectorFacts:
         errors = ReadErrors()
@@ -592,7 +598,9 @@ class OSDCollector(Collector):
             sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
             state = self._proc_states.setdefault(s.path, ProcessState())
             cache = self._config_caches.setdefault(s.path, ConfigCache())
-            tasks[s.path] = _task(sock, self.ctx.fs, state, cache, self._config_interval)
+            tasks[s.path] = _task(
+                sock, self.ctx.fs, state, cache, self._config_interval, self._thread_files
+            )
         results = self._pool.run(tasks, self._timeout)
         now = self.clock()
         numa_nodes = self._numa_nodes(errors)
@@ -657,6 +665,15 @@ class OSDCollector(Collector):
                     if window is None:
                         window = state.windows[op] = LatencyWindow(self._latency_window)
                     window.observe(now, h.buckets, avg.sum)
+                    if window.gap_s and not self._sparse_logged:
+                        # Else the quantiles vanish with no word: say it once.
+                        self._sparse_logged = True
+                        log.warning(
+                            "OSD histogram reads are further apart than the latency "
+                            "window: no latency quantiles until they come closer (scrape "
+                            "more often or raise --collector.osd.latency-window)",
+                            extra=kv(gap_s=round(window.gap_s, 1), window_s=window.window_s),
+                        )
                     q = window.quantile(LATENCY_QUANTILE, LATENCY_MIN_RATE)
                     if q is not None:
                         o.latency_quantiles[op] = q
@@ -797,7 +814,9 @@ class OSDCollector(Collector):
         for path in set(self._last_error) - present:
             del self._last_error[path]
         for path in set(self._proc_states) - present:
-            self._proc_states[path].close()  # its threads' kept status files
+            key = self._proc_states[path].key
+            if key is not None:  # the gone OSD's kept thread status files
+                self._thread_files.close_under(self.ctx.fs.proc(str(key[0])) + os.sep)
         for cache in (self._last_host, self._proc_states, self._config_caches):
             for path in set(cache) - present:
                 del cache[path]
@@ -821,9 +840,14 @@ class OSDCollector(Collector):
 
 
 def _task(
-    sock: AdminSocket, fs: HostFS, state: ProcessState, cache: ConfigCache, interval: float
+    sock: AdminSocket,
+    fs: HostFS,
+    state: ProcessState,
+    cache: ConfigCache,
+    interval: float,
+    files: AttrFiles,
 ) -> Any:
-    return lambda deadline: _query(sock, deadline, fs, state, cache, interval)
+    return lambda deadline: _query(sock, deadline, fs, state, cache, interval, files)
 
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:

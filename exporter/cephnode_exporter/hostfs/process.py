@@ -31,7 +31,6 @@ because the allocator cannot change while it runs.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import os
@@ -41,9 +40,9 @@ from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
     MAX_READ_BYTES,
+    AttrFiles,
     HostFS,
     ParseError,
-    fd_budget,
     parse_cpulist,
     read_bytes,
 )
@@ -257,99 +256,23 @@ def _read_text(path: str) -> str:
         raise OSError(exc.errno, exc.strerror, path) from None
 
 
-# Share of the soft descriptor limit the kept-open thread status files of all OSD
-# processes may use together (cpuidle keeps half for its attributes).
+# Share of the soft descriptor limit the osd collector's kept-open thread status files
+# may use, all OSD processes together (cpuidle keeps half for its attributes).
 THREAD_FD_SHARE = 0.25
-_fd_lock = threading.Lock()
-_fds_open = 0
-_fd_limit: int | None = None
 
 
-def _take_fd() -> bool:
-    """Reserve one descriptor of the thread-file budget; False when it is spent."""
-    global _fds_open, _fd_limit
-    with _fd_lock:
-        if _fd_limit is None:
-            _fd_limit = fd_budget(THREAD_FD_SHARE)
-        if _fds_open >= _fd_limit:
-            return False
-        _fds_open += 1
-        return True
-
-
-def _release_fd() -> None:
-    global _fds_open
-    with _fd_lock:
-        _fds_open -= 1
-
-
-class ThreadFiles:
-    """One process's ``task/<tid>/status`` files kept open and re-read with
-    ``pread(fd, n, 0)``, which regenerates a procfs seq_file from the start: one syscall
-    per thread and scrape instead of open/read/close (100 threads: 0.8 ms against 2.1 ms
-    on this project's VM, docs/performance.md). A kept file whose thread exited reads as
-    ESRCH (procfs) or is unlinked (a fixture tree): it is closed and the tid opened
-    afresh, as a new thread may have taken it. Past the shared budget (THREAD_FD_SHARE of
-    the descriptor limit) files are read with open/read/close."""
-
-    def __init__(self) -> None:
-        self._fds: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return len(self._fds)
-
-    def read(self, tid: int, path: str) -> str:
-        """The status text of thread ``tid``; ProcessGone when it has exited."""
-        fd = self._fds.get(tid)
-        if fd is not None:
-            try:
-                if os.fstat(fd).st_nlink:
-                    return self._decode(os.pread(fd, MAX_READ_BYTES, 0), path)
-            except OSError as exc:
-                if exc.errno not in (errno.ESRCH, errno.ENOENT):
-                    self.close_tid(tid)
-                    raise OSError(exc.errno, exc.strerror, path) from None
-            self.close_tid(tid)  # that thread is gone; the tid may be another's now
-        if not _take_fd():
-            return _read_text(path)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            _release_fd()
-            _raise_gone(exc, path)
-            raise OSError(exc.errno, exc.strerror, path) from None
-        self._fds[tid] = fd
-        try:
-            return self._decode(os.pread(fd, MAX_READ_BYTES, 0), path)
-        except OSError as exc:
-            self.close_tid(tid)
-            _raise_gone(exc, path)
-            raise OSError(exc.errno, exc.strerror, path) from None
-
-    @staticmethod
-    def _decode(data: bytes, path: str) -> str:
-        if len(data) == MAX_READ_BYTES:
-            raise ParseError(path, f"larger than {MAX_READ_BYTES} bytes")
-        return data.decode("utf-8", "replace")
-
-    def keep_only(self, tids: set[int]) -> None:
-        """Close the files of threads no longer listed."""
-        for tid in [t for t in self._fds if t not in tids]:
-            self.close_tid(tid)
-
-    def close_tid(self, tid: int) -> None:
-        fd = self._fds.pop(tid, None)
-        if fd is not None:
-            os.close(fd)
-            _release_fd()
-
-    def close(self) -> None:
-        for tid in list(self._fds):
-            self.close_tid(tid)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(OSError):
-            self.close()
+def _read_status(files: AttrFiles | None, path: str) -> str:
+    """A task's status through the kept files (or open/read/close without them)."""
+    if files is None:
+        return _read_text(path)
+    try:
+        data = files.read_bytes(path, MAX_READ_BYTES)
+    except OSError as exc:
+        _raise_gone(exc, path)
+        raise
+    if len(data) == MAX_READ_BYTES:
+        raise ParseError(path, f"larger than {MAX_READ_BYTES} bytes")
+    return data.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -390,19 +313,10 @@ class ProcessState:
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
     retired: tuple[int, int] = (0, 0)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # The threads' status files, kept open while the process lives.
-    files: ThreadFiles = field(default_factory=ThreadFiles)
 
     def reset(self, key: tuple[int, int]) -> None:
-        # The files stay: read_process closes them when the pid changes, and a file of
-        # a thread of the old process (same pid) reads as ESRCH and is reopened.
         self.key, self.allocator, self.threads, self.retired = key, None, {}, (0, 0)
         self.media = None
-
-    def close(self) -> None:
-        """Close the kept files (the process's OSD socket is gone)."""
-        with self.lock:
-            self.files.close()
 
     def switches(self, current: dict[int, tuple[int, int]]) -> tuple[int, int]:
         """Fold this scrape's per-thread counts in; returns the monotonic totals."""
@@ -420,9 +334,15 @@ class ProcessState:
 
 
 def read_process(
-    fs: HostFS, pid: int, state: ProcessState, comms: frozenset[str] = OSD_COMMS
+    fs: HostFS,
+    pid: int,
+    state: ProcessState,
+    comms: frozenset[str] = OSD_COMMS,
+    files: AttrFiles | None = None,
 ) -> ProcessSample:
-    """Read one process; ``state`` carries what is kept between scrapes.
+    """Read one process; ``state`` carries what is kept between scrapes, ``files`` (when
+    given) keeps its threads' status files open between scrapes (the caller closes a
+    gone process's with ``files.close_under(<procfs>/<pid>/)``).
 
     Raises :class:`ProcessGone` when the pid is not in this procfs or is not one of
     ``comms`` (another pid namespace), :class:`OSError` or :class:`ParseError` when a
@@ -444,21 +364,22 @@ def read_process(
     counts: dict[int, tuple[int, int]] = {}
     cpus: set[int] = set()
     leader: ThreadStatus | None = None
-    with state.lock:
+    paths = [os.path.join(task_dir, str(tid), "status") for tid in tids]
+    if files is not None:
         if state.key is not None and state.key[0] != pid:
-            state.files.close()  # another process: its files are not this one's threads
-        files = state.files
-        files.keep_only(set(tids))
-        for tid in tids:
-            path = os.path.join(task_dir, str(tid), "status")
-            try:
-                status = parse_status(files.read(tid, path), path)
-            except ProcessGone:
-                continue  # the thread exited between the listing and the read
-            counts[tid] = (status.voluntary, status.involuntary)
-            cpus |= status.cpus_allowed
-            if tid == pid:
-                leader = status
+            files.close_under(fs.proc(str(state.key[0])) + os.sep)  # the previous process
+        # Threads gone since the last scrape; a file kept for a tid that a new thread
+        # took reads as gone once (ESRCH) and is reopened at the next scrape.
+        files.close_under(task_dir + os.sep, keep=set(paths))
+    for tid, path in zip(tids, paths, strict=True):
+        try:
+            status = parse_status(_read_status(files, path), path)
+        except ProcessGone:
+            continue  # the thread exited between the listing and the read
+        counts[tid] = (status.voluntary, status.involuntary)
+        cpus |= status.cpus_allowed
+        if tid == pid:
+            leader = status
     if leader is None:
         # The main thread has exited (a zombie leader keeps no task entry readable):
         # the process-wide lines are in /proc/<pid>/status as well.
