@@ -836,7 +836,8 @@ def test_thread_status_files_stay_open_and_fresh() -> None:
     kept file per thread, each pread returns the thread's current status (a thread that
     sleeps gains voluntary switches between two reads of the same descriptor), an exited
     thread's kept file reads as gone, read_process closes the files of threads no longer
-    listed, and past the descriptor budget reads still work without keeping files."""
+    listed (in a child process whose threads nothing else starts), and past the
+    descriptor budget reads still work without keeping files."""
     stop = threading.Event()
     ticks = threading.Event()
 
@@ -850,7 +851,6 @@ def test_thread_status_files_stay_open_and_fresh() -> None:
     files = AttrFiles(budget=1000, recheck=True)
     me = os.getpid()
     task = f"/proc/{me}/task"
-    comm = frozenset({Path("/proc/self/comm").read_text().strip()})
 
     def status(tid: int) -> process.ThreadStatus:
         path = f"{task}/{tid}/status"
@@ -871,9 +871,31 @@ def test_thread_status_files_stay_open_and_fresh() -> None:
         with pytest.raises(FileNotFoundError):
             status(sleeper_tid)  # the kept file of an exited thread: gone, and closed
         assert len(files) == len(tids) - 1
-        state = process.ProcessState()
-        p = process.read_process(HostFS(), me, state, comm, files=files)
-        assert len(files) == len(tids) - len(workers) == p.threads
+        files.close_all()
+        # read_process on a process whose threads nothing else starts (pytest's own may
+        # gain threads from other tests): 5 threads kept, then 1 once 4 have exited.
+        code = (
+            "import threading, time\n"
+            "ts = [threading.Thread(target=time.sleep, args=(1,)) for _ in range(4)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]; time.sleep(60)\n"
+        )
+        child = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            child_task = Path(f"/proc/{child.pid}/task")
+            deadline = time.monotonic() + 10
+            while len(list(child_task.iterdir())) != 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            comm = frozenset({Path(f"/proc/{child.pid}/comm").read_text().strip()})
+            state = process.ProcessState()
+            p = process.read_process(HostFS(), child.pid, state, comm, files=files)
+            assert len(files) == p.threads == 5
+            while len(list(child_task.iterdir())) != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            p = process.read_process(HostFS(), child.pid, state, comm, files=files)
+            assert len(files) == p.threads == 1  # the exited threads' files are closed
+        finally:
+            child.kill()
+            child.wait()
         # The budget spent: reads go through open/read/close and keep nothing.
         files.close_all()
         files = AttrFiles(budget=0)
