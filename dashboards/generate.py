@@ -615,7 +615,8 @@ STATUS_MAP = value_map(
     {"fail": ("FAIL", "red"), "warn": ("WARN", "orange"), "pass": ("pass", "green")}
 )
 
-# Each failing (1) or warning (1) check result, labelled with its status.
+# Each failing or warning check result, labelled with its status (the exporter writes a
+# series of 1 for those only).
 CHECK_STATUS = (
     'label_replace(cephnode_tuning_check_failed{<SEL>} == 1, "status", "fail", "", "")'
     ' or label_replace(cephnode_tuning_check_warning{<SEL>} == 1, "status", "warn", "", "")'
@@ -820,9 +821,7 @@ def fleet() -> dict[str, Any]:
                 "same load: debug logging left on, a RocksDB built without optimisation "
                 "(osd.rocksdb_build), or spin-lock contention burning cycles.",
                 [
-                    target(
-                        "instance:cephnode_osd_cpu_seconds_per_op:rate5m{<FLEET>}", "{{instance}}"
-                    ),
+                    target("cephnode_osd_host_cpu_seconds_per_op{<FLEET>}", "{{instance}}"),
                     target(
                         "cluster_device_class:cephnode_osd_cpu_seconds_per_op:"
                         'quantile_ceph_daemon_rate5m{<FLEET>, device_class=~"$device_class",'
@@ -1064,15 +1063,17 @@ def node() -> dict[str, Any]:
         [
             table(
                 "Tuning report",
-                "Every tuning check of the node with its status: the same results as "
-                "`cephnode-exporter check`, which also prints what was observed and the "
-                "fix. Skipped checks and those whose collector failed have no row.",
+                "Every tuning check of the node with its status: a row per failing or "
+                "warning subject, and one pass row for a check none of whose subjects "
+                "fails or warns. The same results as `cephnode-exporter check`, which also "
+                "prints what was observed and the fix. Skipped checks and those whose "
+                "collector failed have no row.",
                 [
                     table_target(
                         CHECK_STATUS.replace("<SEL>", "<NODE>")
-                        + " or label_replace((cephnode_tuning_check_failed{<NODE>} == 0) unless on "
-                        "(check, subject) (cephnode_tuning_check_warning{<NODE>} == 1), "
-                        '"status", "pass", "", "")'
+                        + " or label_replace(cephnode_tuning_check_hash{<NODE>} unless on "
+                        "(check) (cephnode_tuning_check_failed{<NODE>} or "
+                        'cephnode_tuning_check_warning{<NODE>}), "status", "pass", "", "")'
                     )
                 ],
                 [organize([*PLUMBING, "instance", "Value"], order=["check", "subject", "status"])],
@@ -1091,7 +1092,7 @@ def node() -> dict[str, Any]:
                 "Failing checks",
                 "Check results that fail on this node (one per subject). Each is a "
                 "detuning to fix: the report beside it names it.",
-                [target("sum(cephnode_tuning_check_failed{<NODE>})")],
+                [target("count(cephnode_tuning_check_failed{<NODE>}) or vector(0)")],
                 w=4,
                 h=5,
                 defaults={"thresholds": thresholds((None, "green"), (1, "red"))},
@@ -1100,7 +1101,7 @@ def node() -> dict[str, Any]:
                 "Warning checks",
                 "Check results that warn on this node (sysctls, tuned profile, NIC rings "
                 "and MTU, PGs per OSD, NUMA placement).",
-                [target("sum(cephnode_tuning_check_warning{<NODE>})")],
+                [target("count(cephnode_tuning_check_warning{<NODE>}) or vector(0)")],
                 w=4,
                 h=5,
                 defaults={"thresholds": thresholds((None, "green"), (1, "orange"))},

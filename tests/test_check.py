@@ -9,7 +9,17 @@ import pytest
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.profile import ProfileError, load_profile
 
-from tests.conftest import GOLDEN, NODES, MakeTree, Tree, collect, compare_golden, run_cli, value
+from tests.conftest import (
+    GOLDEN,
+    NODES,
+    MakeTree,
+    Tree,
+    collect,
+    compare_golden,
+    run_cli,
+    samples,
+    value,
+)
 
 # The detuned node's IOMMU and NVMe checks fail too (tests/test_iommu.py, test_nvme.py);
 # tests of the exit code on the CPU checks alone leave those collectors off.
@@ -110,26 +120,88 @@ def test_metrics_and_check_agree(node_trees: dict[str, Tree]) -> None:
     _, report = check_json(tree)
     result = collect(tree.flags)
     for r in report["results"]:
-        failed = value(
-            result, "cephnode_tuning_check_failed", check=r["check"], subject=r["subject"]
-        )
-        if r["status"] in ("skip", "unknown"):
-            assert failed is None  # no series for a result that is not a judgement
-        else:
-            assert failed == (1 if r["status"] == "fail" else 0)
-    # The per-check tally counts the same results: every judged check has both
-    # statuses, 0 included (the NVMe checks judge several subjects on this node).
+        labels = {"check": r["check"], "subject": r["subject"]}
+        failed = value(result, "cephnode_tuning_check_failed", **labels)
+        warning = value(result, "cephnode_tuning_check_warning", **labels)
+        # A series (of 1) only where the check fails or warns: none for a pass, a skip or
+        # an unknown.
+        assert failed == (1 if r["status"] == "fail" else None), r
+        assert warning == (1 if r["status"] == "warn" else None), r
+    # One hash per judged check, of its failing and warning subjects: checks with the
+    # same deviating subjects (none, for all passing checks) share a value, others differ.
     judged = {r["check"] for r in report["results"] if r["status"] not in ("skip", "unknown")}
-    for check in judged:
-        for status in ("fail", "warn"):
-            n = sum(r["check"] == check and r["status"] == status for r in report["results"])
-            tally = value(result, "cephnode_tuning_check_subjects", check=check, status=status)
-            assert tally == n, (check, status)
-    assert value(result, "cephnode_tuning_check_subjects", check="nvme.scheduler",
-                 status="fail") > 1  # fmt: skip
-    skipped = {r["check"] for r in report["results"]} - judged
-    for check in skipped:
-        assert value(result, "cephnode_tuning_check_subjects", check=check, status="fail") is None
+    deviating: dict[str, frozenset[tuple[str, str]]] = {
+        check: frozenset(
+            (r["subject"], r["status"])
+            for r in report["results"]
+            if r["check"] == check and r["status"] in ("fail", "warn")
+        )
+        for check in judged
+    }
+    hashes = {check: value(result, "cephnode_tuning_check_hash", check=check) for check in judged}
+    assert None not in hashes.values()
+    for a in judged:
+        for b in judged:
+            assert (hashes[a] == hashes[b]) == (deviating[a] == deviating[b]), (a, b)
+    assert len(set(deviating.values())) > 3  # the detuned node has several distinct sets
+    for check in {r["check"] for r in report["results"]} - judged:
+        assert value(result, "cephnode_tuning_check_hash", check=check) is None
+    # A fact hash per _info family the node has (none for OSDs: the fixture has none).
+    facts = {
+        labels["fact"]: v
+        for (name, labels_set), v in samples(result).items()
+        if name == "cephnode_tuning_fact_hash"
+        for labels in [dict(labels_set)]
+    }
+    assert {"kernel_cmdline_info", "cpu_idle_driver_info", "tuning_profile_info"} <= set(facts)
+    assert "osd_info" not in facts
+    for v in [*hashes.values(), *facts.values()]:
+        assert v == int(v) and 0 <= v < 2**48
+
+
+def test_tuning_hashes_follow_the_facts_not_the_process(node_trees: dict[str, Tree]) -> None:
+    """The hashes are the same in another process for the same node and differ where the
+    nodes differ: a rule reads a change of value as a changed fact."""
+
+    def hashes(tree: Tree) -> dict[tuple[str, str], float]:
+        out = {}
+        for line in run_cli("dump", *tree.flags).stdout.splitlines():
+            for name, label in (
+                ("cephnode_tuning_check_hash", "check"),
+                ("cephnode_tuning_fact_hash", "fact"),
+            ):
+                if line.startswith(name + "{"):
+                    key = line[line.index('"') + 1 : line.index('"}')]
+                    out[(label, key)] = float(line.rsplit(" ", 1)[1])
+        return out
+
+    detuned = node_trees["epyc9454p-detuned"]
+    first = hashes(detuned)
+    assert first and first == hashes(detuned)
+    assert dict(samples_hashes(detuned)) == first
+    tuned = hashes(node_trees["epyc9454p-tuned"])
+    # The tuned node boots with iommu=pt (tests/fixtures/nodes/), and the detuned one
+    # fails cpu.cstates where the tuned one passes.
+    for key in (("fact", "iommu_kernel_params_info"), ("check", "cpu.cstates")):
+        assert key in first and key in tuned
+        assert first[key] != tuned[key], key
+    # Otherwise the same kernel parameters, profile and cpuidle driver.
+    for key in (
+        ("fact", "kernel_cmdline_info"),
+        ("fact", "tuning_profile_info"),
+        ("fact", "cpu_idle_driver_info"),
+    ):
+        assert first[key] == tuned[key], key
+
+
+def samples_hashes(tree: Tree) -> dict[tuple[str, str], float]:
+    """The same hashes from an in-process collection."""
+    out = {}
+    for (name, labels), v in samples(collect(tree.flags)).items():
+        if name in ("cephnode_tuning_check_hash", "cephnode_tuning_fact_hash"):
+            ((label, key),) = labels
+            out[(label, key)] = v
+    return out
 
 
 def test_profile_downgrades_and_disables(node_trees: dict[str, Tree], tmp_path: Path) -> None:
@@ -154,7 +226,7 @@ def test_profile_downgrades_and_disables(node_trees: dict[str, Tree], tmp_path: 
     assert code == 1  # the governor still fails
     result = collect([*tree.flags, "--profile", str(profile)])
     assert value(result, "cephnode_tuning_check_warning", check="cpu.cstates", subject="") == 1
-    assert value(result, "cephnode_tuning_check_failed", check="cpu.cstates", subject="") == 0
+    assert value(result, "cephnode_tuning_check_failed", check="cpu.cstates", subject="") is None
 
 
 def test_disabled_collector_skips_its_check(node_trees: dict[str, Tree]) -> None:
@@ -253,3 +325,28 @@ def test_version_and_help() -> None:
     ):
         assert flag in proc.stdout, flag
     assert "(default: enabled)" in proc.stdout
+
+
+def test_fact_hash_counts_the_osds_as_a_set() -> None:
+    """osd_info: an added OSD or one missing from a scrape is no change; a new version on
+    one OSD is (the hash leaves ceph_daemon out)."""
+    from cephnode_exporter.scrape import Collection
+    from prometheus_client.core import GaugeMetricFamily
+
+    def fact_hash(osds: dict[str, str]) -> float | None:
+        info = GaugeMetricFamily(
+            "cephnode_osd_info", "", labels=["ceph_daemon", "version", "objectstore"]
+        )
+        for daemon, version in osds.items():
+            info.add_metric([daemon, version, "bluestore"], 1.0)
+        other = GaugeMetricFamily("cephnode_osd_slow_ops", "", labels=["ceph_daemon"])
+        other.add_metric(["osd.0"], 3.0)
+        hashes = Collection._fact_hashes([info, other] if osds else [other])
+        return {s.labels["fact"]: s.value for s in hashes.samples}.get("osd_info")
+
+    base = fact_hash({"osd.0": "17.2.7", "osd.1": "17.2.7"})
+    assert base is not None
+    assert fact_hash({"osd.0": "17.2.7", "osd.1": "17.2.7", "osd.2": "17.2.7"}) == base
+    assert fact_hash({"osd.1": "17.2.7"}) == base
+    assert fact_hash({"osd.0": "17.2.8", "osd.1": "17.2.7"}) != base
+    assert fact_hash({}) is None  # no series, no hash: a failed read is no change

@@ -351,7 +351,9 @@ def counter_age(tree: Tree) -> Callable[[str], float]:
     return age
 
 
-def window_quantiles(families: list[Any], age: Callable[[str], float]) -> list[Any]:
+def window_quantiles(
+    families: list[Any], age: Callable[[str], float], avgs: dict[str, dict[str, Any]]
+) -> list[Any]:
     """The exporter's latency quantile gauges as it reads them after a window at this
     collection's rates: each OSD's p99 and each pooled histogram's p50 and p99. One
     collection has no earlier read to take them from; the series here grow linearly
@@ -385,7 +387,59 @@ def window_quantiles(families: list[Any], age: Callable[[str], float]) -> list[A
                 if value is not None:
                     gauge.add_metric([*key, repr(q)], value)
         out.append(gauge)
+    out.extend(window_means(families, age, avgs))
     return out
+
+
+def window_means(
+    families: list[Any], age: Callable[[str], float], avgs: dict[str, dict[str, Any]]
+) -> list[Any]:
+    """The exporter's mean gauges over its window, at this collection's rates (see
+    window_quantiles): each perf dump average's sum over its count (``avgs``: per OSD, as
+    the collector read them), the process's CPU seconds over its client ops, per OSD and
+    for the node, each with the exporter's 1/s floor."""
+    from cephnode_exporter.collectors.osd import MEAN_MIN_RATE
+    from prometheus_client.core import GaugeMetricFamily
+
+    def per_osd(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        family = next((f for f in families if f.name == name), None)
+        out: dict[tuple[tuple[str, str], ...], float] = {}
+        for s in family.samples if family is not None else ():
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "mode"))
+            out[key] = out.get(key, 0.0) + s.value
+        return out
+
+    commit = GaugeMetricFamily(
+        "cephnode_osd_bluestore_commit_latency_mean_seconds", "fixture", labels=["ceph_daemon"]
+    )
+    rocksdb = GaugeMetricFamily(
+        "cephnode_osd_rocksdb_latency_mean_seconds", "fixture", labels=["ceph_daemon", "stage"]
+    )
+    events_age = age("cephnode_osd_bluestore_commit_latency_seconds_count")
+    for key, family, stage in (
+        ("bluestore.commit_lat", commit, None),
+        ("rocksdb.get_latency", rocksdb, "get"),
+        ("rocksdb.submit_latency", rocksdb, "submit"),
+        ("rocksdb.submit_sync_latency", rocksdb, "submit_sync"),
+    ):
+        for daemon, per in sorted(avgs.items()):
+            avg = per.get(key)
+            if avg is not None and avg.count / events_age >= MEAN_MIN_RATE:
+                labels = [daemon] if stage is None else [daemon, stage]
+                family.add_metric(labels, avg.sum / avg.count)
+    cpu_age, ops_age = age("cephnode_osd_cpu_seconds_total"), age("cephnode_osd_ops_total")
+    cpu, ops = per_osd("cephnode_osd_cpu_seconds"), per_osd("cephnode_osd_ops")
+    per_op = GaugeMetricFamily("cephnode_osd_cpu_seconds_per_op", "fixture", labels=["ceph_daemon"])
+    host_cpu = host_ops = 0.0
+    for key in sorted(cpu.keys() & ops.keys()):
+        cpu_rate, op_rate = cpu[key] / cpu_age, ops[key] / ops_age
+        host_cpu, host_ops = host_cpu + cpu_rate, host_ops + op_rate
+        if op_rate >= MEAN_MIN_RATE:
+            per_op.add_metric([dict(key)["ceph_daemon"]], cpu_rate / op_rate)
+    host = GaugeMetricFamily("cephnode_osd_host_cpu_seconds_per_op", "fixture")
+    if host_ops >= MEAN_MIN_RATE:
+        host.add_metric([], host_cpu / host_ops)
+    return [commit, rocksdb, per_op, host]
 
 
 def _series(
@@ -443,8 +497,11 @@ def node_exporter_network(tree: Tree) -> list[Any]:
     return [f for f in text_string_to_metric_families(text) if f.name in NODE_EXPORTER_GAUGES]
 
 
-def collect_host(host: Host, tree: Tree, first_id: int, work: Path) -> list[Any]:
-    """One node's collection: the tree, its OSD sockets, kprofile and faults as set."""
+def collect_host(
+    host: Host, tree: Tree, first_id: int, work: Path
+) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """One node's collection: the tree, its OSD sockets, kprofile and faults as set; its
+    metric families and each answering OSD's perf dump averages."""
     node = FakeNode()
     try:
         osd_dirs = sorted((tree.rootfs / "var/lib/ceph/osd").iterdir())
@@ -469,7 +526,14 @@ def collect_host(host: Host, tree: Tree, first_id: int, work: Path) -> list[Any]
     if host.pgs:
         reply = (REPO / "tests/fixtures/ceph/pgs/laggy.json").read_bytes()
         families += build_metrics(parse_pg_ls(reply))
-    return families
+    avgs = {
+        o.ceph_daemon: o.counters.avgs
+        for outcome in collection.outcomes
+        if outcome.name == "osd" and outcome.facts is not None
+        for o in outcome.facts.osds
+        if o.ok and o.counters is not None
+    }
+    return families, avgs
 
 
 def _fmt(v: float) -> str:
@@ -568,8 +632,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             impersonate(trees[host.tree])  # the fake sockets' peer is this process
             networks[host.tree] = node_exporter_network(trees[host.tree])
         tree = trees[host.tree]
-        families = collect_host(host, tree, 3 * i, work)
-        gauges = window_quantiles(families, counter_age(tree))
+        families, avgs = collect_host(host, tree, 3 * i, work)
+        gauges = window_quantiles(families, counter_age(tree), avgs)
         families = [f for f in families if f.name not in {g.name for g in gauges}] + gauges
         target = {"cluster": CLUSTER, "instance": f"{host.name}:10060", "job": "cephnode"}
         _series(families, target, series, counter_age(tree))

@@ -1,6 +1,6 @@
-"""ceph/latency.py: PromQL's histogram_quantile in Python, the per-OSD latency window and
-the pooled per-host histogram; and the quantile against Prometheus' own, through
-``promtool test rules``."""
+"""ceph/latency.py: PromQL's histogram_quantile in Python, the per-OSD latency window, the
+pooled per-host histogram and the counter window behind the means; and the quantile and
+a mean against Prometheus' own, through ``promtool test rules``."""
 
 from __future__ import annotations
 
@@ -11,13 +11,29 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cephnode_exporter.ceph.latency import LatencyWindow, PooledHistogram, histogram_quantile
+from cephnode_exporter.ceph.latency import (
+    CounterWindow,
+    LatencyWindow,
+    PooledHistogram,
+    histogram_quantile,
+)
 
 from tests.conftest import need_tool
 
 INF = math.inf
 # 10 ops up to 0.1 s, 20 more up to 0.2 s, 60 up to 0.4 s, 10 slower.
 HAND = [(0.1, 10.0), (0.2, 30.0), (0.4, 90.0), (INF, 100.0)]
+
+
+def promtool_test(promtool: str, doc: dict, path: Path) -> None:
+    """Run ``promtool test rules`` on the test file ``doc``; every case must pass."""
+    path.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
 
 # ----------------------------------------------------------------------------- quantile
 
@@ -159,6 +175,92 @@ def test_window_reset_drops_the_history() -> None:
     assert len(w) == 1
 
 
+# ----------------------------------------------------------------------------- counters
+
+
+def test_counter_window_needs_two_reads_and_time() -> None:
+    w = CounterWindow(300)
+    assert (len(w), w.increase(), w.ratio(0, 1)) == (0, None, None)
+    w.observe(0, (0.5, 100))
+    assert (len(w), w.increase(), w.ratio(0, 1)) == (1, None, None)
+    w.observe(0, (0.75, 200))  # a second read at the same time: no elapsed time
+    assert (w.increase(), w.ratio(0, 1)) == (None, None)
+    w.observe(60, (1.25, 700))
+    # The baseline is the first read at 0: 600 events that took 0.75 s in 60 s.
+    assert w.increase() == (60, (0.75, 600.0))
+    assert w.ratio(0, 1) == 0.75 / 600
+    assert w.ratio(1, 0, min_rate=0) == 600 / 0.75  # any two of the counters
+
+
+def test_counter_window_minimum_rate() -> None:
+    """Below ``min_rate`` events per second of the denominator there is no mean; exactly
+    at it there is; a denominator that did not grow never divides (0/0)."""
+    w = CounterWindow(300)
+    w.observe(0, (0.0, 0, 7))
+    w.observe(60, (0.59, 59, 7))
+    assert w.ratio(0, 1) is None  # 59 events in 60 s
+    assert w.ratio(0, 1, min_rate=0.5) == pytest.approx(0.01)
+    w.observe(120, (1.2, 120, 7))
+    assert w.ratio(0, 1) == pytest.approx(0.01)  # 120 in 120 s: 1 per second
+    assert w.ratio(0, 1, min_rate=1.01) is None
+    assert w.ratio(0, 2, min_rate=0) is None  # no events at all
+    assert w.ratio(0, 2, min_rate=-1) is None
+
+
+def test_counter_window_edge_is_the_latency_windows() -> None:
+    """Reads one a minute, a 300 s window: a read exactly 300 s old is the baseline
+    (now - t > window drops it, as LatencyWindow does), one 360 s old is gone. The
+    first minute's events were slow, so the mean says whether they are still in."""
+    w, hist_window = CounterWindow(300), LatencyWindow(300)
+    w.observe(0, (0.0, 0))
+    w.observe(60, (6.0, 600))  # 600 events of 10 ms
+    for t in range(120, 301, 60):
+        w.observe(t, (6.0 + 0.6 * (t // 60 - 1), 600 * (t // 60)))  # then 1 ms each
+    assert len(w) == 6  # 0 ... 300
+    assert w.ratio(0, 1) == pytest.approx((6.0 + 2.4) / 3000)
+    w.observe(360, (9.0, 3600))
+    assert len(w) == 6  # 60 ... 360
+    assert w.increase() == (300, pytest.approx((3.0, 3000.0)))
+    assert w.ratio(0, 1) == pytest.approx(0.001)
+    # The same times through a LatencyWindow keep the same reads.
+    for t in range(0, 361, 60):
+        hist_window.observe(t, hist(t, 0), 0.0)
+    assert len(hist_window) == len(w)
+
+
+def test_counter_window_gap() -> None:
+    """Reads further apart than the window: gap_s says how far, as LatencyWindow's."""
+    w = CounterWindow(60)
+    w.observe(0, (0.0, 0))
+    assert w.gap_s == 0.0
+    w.observe(120, (1.0, 1000))
+    assert (w.gap_s, len(w), w.ratio(0, 1)) == (120.0, 1, None)
+    w.observe(150, (2.0, 2000))
+    assert w.gap_s == 0.0
+    assert w.ratio(0, 1) == pytest.approx(0.001)
+    w.observe(210, (2.5, 2600))  # exactly the window: no gap
+    assert w.gap_s == 0.0 and len(w) == 2
+
+
+def test_counter_window_resets() -> None:
+    """Any counter below its last read (the OSD restarted) or another number of
+    counters (a section came or went) drops every earlier read."""
+    w = CounterWindow(300)
+    w.observe(0, (1.0, 100, 50.0))
+    w.observe(60, (2.0, 200, 51.0))
+    assert w.ratio(0, 1) == pytest.approx(0.01)
+    w.observe(120, (2.0, 200, 3.0))  # only the third fell
+    assert len(w) == 1 and w.increase() is None
+    w.observe(180, (2.6, 320, 4.0))
+    assert w.ratio(0, 1) == pytest.approx(0.005)
+    w.observe(240, (2.6, 320, 4.0))  # equal is no reset
+    assert len(w) == 3
+    w.observe(300, [2.7, 330])  # two counters now (any sequence)
+    assert len(w) == 1 and w.ratio(0, 1) is None
+    w.observe(360, [3.3, 990])
+    assert w.increase() == (60, pytest.approx((0.6, 660.0)))
+
+
 # ----------------------------------------------------------------------------- pool
 
 
@@ -279,10 +381,59 @@ def test_quantile_agrees_with_promql(tmp_path: Path) -> None:
         "evaluation_interval": "1m",
         "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
     }
-    path = tmp_path / "quantile.yml"
-    path.write_text(yaml.safe_dump(doc))
-    proc = subprocess.run(
-        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS" in proc.stdout
+    promtool_test(promtool, doc, tmp_path / "quantile.yml")
+
+
+# Time averages (sum increase in seconds, count increase) per minute, one sample a minute
+# for 5 minutes, checked against rate(x_sum[5m]) / rate(x_count[5m]). Binary fractions,
+# so promtool's series expansion and the reads here are the same numbers exactly.
+MEANS: dict[str, tuple[float, float]] = {
+    "commit": (0.0625, 600),  # 10 events/s of 0.1 ms
+    "rocksdb": (0.75, 61),  # just above 1 event/s
+    "cpu": (1.5, 4500),  # CPU seconds per op
+}
+
+
+def test_ratio_agrees_with_promql(tmp_path: Path) -> None:
+    """promtool evaluates rate(x_sum[5m]) / rate(x_count[5m]) over counters that grow by
+    MEANS every minute; CounterWindow(300) gets the same six reads (0 to 300 s) and must
+    answer what PromQL does. As in test_quantile_agrees_with_promql, the expected values
+    go in as PromQL computes them (each increase times 1/300, then divided), since
+    promtool compares exactly; the window's own ratio of the raw increases agrees to
+    1e-12."""
+    promtool = need_tool("promtool", "prometheus")
+    series = []
+    samples = []
+    for case, (sum_inc, count_inc) in MEANS.items():
+        sum_start, count_start = 2.5, 1000.0  # any start: rate() sees the increase
+        for suffix, start, inc in (("sum", sum_start, sum_inc), ("count", count_start, count_inc)):
+            series.append(
+                {"series": f'x_{suffix}{{case="{case}"}}', "values": f"{start:g}+{inc:g}x5"}
+            )
+        promql = (5 * sum_inc * (1 / RANGE_S)) / (5 * count_inc * (1 / RANGE_S))
+        samples.append({"labels": f'{{case="{case}"}}', "value": promql})
+        w = CounterWindow(RANGE_S)
+        for minute in range(6):
+            w.observe(
+                60.0 * minute, (sum_start + minute * sum_inc, count_start + minute * count_inc)
+            )
+        assert len(w) == 6, case  # the read 300 s old is inside, as in PromQL's range
+        assert w.ratio(0, 1) == pytest.approx(promql, rel=1e-12), case
+    doc = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": "rate(x_sum[5m]) / rate(x_count[5m])",
+                        "eval_time": "5m",
+                        "exp_samples": samples,
+                    }
+                ],
+            }
+        ],
+    }
+    promtool_test(promtool, doc, tmp_path / "ratio.yml")

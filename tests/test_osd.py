@@ -198,9 +198,10 @@ def test_ops_in_flight_of_the_recorded_stall() -> None:
     ops = perf.parse_ops_in_flight(payload("bluestore", "dump_ops_in_flight"), 2.0)
     assert ops.num_ops == 7 and ops.slow == 7
     assert ops.by_flag_point == {"waiting for sub ops": 7}
+    assert ops.slow_by_flag_point == {"waiting for sub ops": 7}
     assert 3.9 < ops.oldest_age < 4.1
     at_default = perf.parse_ops_in_flight(payload("bluestore", "dump_ops_in_flight"), 30.0)
-    assert at_default.slow == 0
+    assert at_default.slow == 0 and at_default.slow_by_flag_point == {}
 
 
 def test_ops_in_flight_flag_points_are_bounded() -> None:
@@ -214,6 +215,12 @@ def test_ops_in_flight_flag_points_are_bounded() -> None:
     result = perf.parse_ops_in_flight({"ops": ops, "num_ops": 5}, 30.0)
     assert result.by_flag_point == {"started": 1, "other": 4}
     assert result.slow == 1 and result.oldest_age == 40.0
+    assert result.slow_by_flag_point == {"other": 1}
+    # Slow ones by where they wait: only those past the complaint time.
+    two = perf.parse_ops_in_flight({"ops": ops, "num_ops": 5}, 1.5)
+    assert two.slow == 4 and two.slow_by_flag_point == {"other": 4}
+    one = perf.parse_ops_in_flight({"ops": ops, "num_ops": 5}, 0.5)
+    assert one.slow_by_flag_point == {"started": 1, "other": 4}
     assert perf.parse_ops_in_flight({"ops": [], "num_ops": 0}, 30.0).oldest_age == 0.0
 
 
@@ -311,10 +318,22 @@ BUSY_ROW, BUSY_LOW, BUSY_HIGH = 6, 0.0016, 0.0032
 BUSY_LATENCY = 0.0024
 
 
+# The stage latencies of the events busier() adds with each op: one BlueStore commit and
+# one of each RocksDB stage per op (an OSD with those sections), seconds each.
+BUSY_STAGES = {
+    "bluestore.commit_lat": 0.0011,
+    "rocksdb.get_latency": 0.00004,
+    "rocksdb.submit_latency": 0.00009,
+    "rocksdb.submit_sync_latency": 0.0007,
+}
+
+
 def busier(osd: RecordedOSD, ops: int, restarted: bool = False) -> None:
     """Make ``osd`` answer with ``ops`` more ops of every type in :data:`BUSY_ROW`, in its
-    histograms and in perf dump's avgcount and sum. ``restarted``: a fresh process that
-    did only those ops since the last call (every count back to 0 first)."""
+    histograms and in perf dump's avgcount and sum, in ``osd.op`` (all three types) and,
+    when it has the sections, ``ops`` events of each :data:`BUSY_STAGES` stage.
+    ``restarted``: a fresh process that did only those ops since the last call (every
+    count back to 0 first)."""
     hist = json.loads(osd.replies["perf histogram dump"])
     dump = json.loads(osd.replies["perf dump"])
     for op, name in perf.OP_HISTOGRAMS.items():
@@ -328,6 +347,30 @@ def busier(osd: RecordedOSD, ops: int, restarted: bool = False) -> None:
         avg["avgcount"] += ops
         avg["sum"] += ops * BUSY_LATENCY
     osd.set("perf histogram dump", hist)
+    osd.set("perf dump", dump)
+    add_ops(osd, len(perf.OP_HISTOGRAMS) * ops, restarted)
+    for key, latency in BUSY_STAGES.items():
+        if key.split(".")[0] in dump:
+            add_events(osd, key, ops, latency, restarted)
+
+
+def add_events(osd: RecordedOSD, key: str, n: int, latency: float, restarted: bool = False) -> None:
+    """``n`` more events of ``latency`` seconds each in the perf dump time average
+    ``key`` (``section.counter``); ``restarted``: from 0."""
+    dump = json.loads(osd.replies["perf dump"])
+    section, name = key.split(".")
+    avg = dump[section][name]
+    if restarted:
+        avg["avgcount"], avg["sum"] = 0, 0.0
+    avg["avgcount"] += n
+    avg["sum"] += n * latency
+    osd.set("perf dump", dump)
+
+
+def add_ops(osd: RecordedOSD, n: int, restarted: bool = False) -> None:
+    """``n`` more client ops in ``osd.op`` (cephnode_osd_ops_total)."""
+    dump = json.loads(osd.replies["perf dump"])
+    dump["osd"]["op"] = (0 if restarted else dump["osd"]["op"]) + n
     osd.set("perf dump", dump)
 
 
@@ -529,6 +572,18 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
     assert value(c, "cephnode_osd_slow_ops", ceph_daemon="osd.3") == 7
     assert value(c, "cephnode_osd_ops_in_flight_by_flag_point", ceph_daemon="osd.3",
                  flag_point="waiting for sub ops") == 7  # fmt: skip
+    assert value(c, "cephnode_osd_slow_ops_by_flag_point", ceph_daemon="osd.3",
+                 flag_point="waiting for sub ops") == 7  # fmt: skip
+    # Per OSD, the slow ops by flag point add up to its slow ops, and only flag points
+    # with some have a series.
+    by_point: dict[str, list[float]] = {}
+    for (name, labels), v in samples(c).items():
+        if name == "cephnode_osd_slow_ops_by_flag_point":
+            by_point.setdefault(dict(labels)["ceph_daemon"], []).append(v)
+    for daemon in ("osd.0", "osd.3"):
+        slow = value(c, "cephnode_osd_slow_ops", ceph_daemon=daemon)
+        assert sum(by_point.get(daemon, [])) == slow, daemon
+        assert all(v > 0 for v in by_point.get(daemon, []))
     assert (value(c, "cephnode_osd_oldest_op_age_seconds", ceph_daemon="osd.3") or 0) > 3.9
     assert value(c, "cephnode_osd_debug_nonzero_subsystems", ceph_daemon="osd.3") == 62
     assert value(c, "cephnode_osd_debug_level_info", ceph_daemon="osd.3", subsystem="osd",
@@ -541,12 +596,14 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
 
 
 def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -> None:
-    """Under 120 series per OSD with every debug level 0 (a tuned OSD), no ops in flight
-    and at least 1 op/s of each type (so each has its p99); each non-zero debug subsystem
-    adds one, each busy flag point one.
+    """117 series per OSD with every debug level 0 (a tuned OSD), no ops in flight and
+    at least 1 op/s of each type and of each mean's events (so each has its p99 and its
+    means); each non-zero debug subsystem adds one, each busy flag point one.
 
-    The BlueStore OSD's 118: 3 x 20 op latency histogram series (17 finite edges up to
-    6.5536 s, +Inf, _sum, _count) and 3 p99 gauges; 13 stage summaries x 2;
+    The BlueStore OSD's 117: 3 x 20 op latency histogram series (17 finite edges up to
+    6.5536 s, +Inf, _sum, _count) and 3 p99 gauges; 10 stage summaries x 2; the means
+    over the window of the BlueStore commit, the 3 RocksDB stages and the CPU per op (5;
+    the RocksDB stages have no summary, their six series paid for these);
     counters ops, in/out bytes, compact, compact_range (5); gauges pgs, ops_in_progress,
     compact_queue_length, ops_in_flight, slow_ops, oldest_op_age, debug_nonzero (7);
     config_value x 6 (the _hdd/_ssd shard and thread options, memory target, complaint
@@ -555,8 +612,8 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     allowed_cpus of the one NUMA node (1), device_info (1). The room for the process came
     from ops_by_type (3 series equal to the histograms' _count), compact_queue_merge and
     the two unset options (dropped), and the allocator, a label of info; the p99 gauges'
-    from the histograms' 13.1 s edge. The memstore OSD's 96: no BlueStore/RocksDB
-    summaries (-16), RocksDB counters and queue gauge (-3), device (-1).
+    from the histograms' 13.1 s edge. The memstore OSD's 97: no BlueStore summaries (-10)
+    or means (-4), RocksDB counters and queue gauge (-3), device (-1).
     The pooled per-host histograms (cephnode_osd_host_op_latency_seconds) carry no
     ceph_daemon: they are series per host, per op type and media (20 each), however
     many OSDs the host has, and not in these counts."""
@@ -575,8 +632,10 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
                         fake_node)  # fmt: skip
     quantiles = [k for k in osd_series(c, "osd.3") if k[0].endswith("_quantile_seconds")]
     assert len(quantiles) == 3
-    assert len(osd_series(c, "osd.3")) == 118
-    assert len(osd_series(c, "osd.0")) == 96
+    means = [k for k in osd_series(c, "osd.3") if "_mean_seconds" in k[0] or "per_op" in k[0]]
+    assert len(means) == 5
+    assert len(osd_series(c, "osd.3")) == 117
+    assert len(osd_series(c, "osd.0")) == 97
     results = {r.subject: r.status for r in c.results if r.check == "osd.debug_levels"}
     assert results == {"osd.0": "pass", "osd.3": "pass"}
 
@@ -1648,7 +1707,7 @@ def test_collector_kv_stats_off_empty_and_broken(
 def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeNode) -> None:
     """The budget of test_series_per_osd_stay_under_budget is for Ceph's defaults. With
     both statistics on, the BlueStore OSD gets 6 whole-DB counters and 4 per column
-    family Ceph dumps (the default one): 118 + 10 = 128 (docs/metrics.md)."""
+    family Ceph dumps (the default one): 117 + 10 = 127 (docs/metrics.md)."""
     config = payload("bluestore", "config show")
     for key, val in config.items():
         if key.startswith("debug_") and "/" in val:
@@ -1664,7 +1723,7 @@ def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeN
     fake_node.add(3, recorded_osd("bluestore", replies))
     c = busy_collection([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD],
                         fake_node)  # fmt: skip
-    assert len(osd_series(c, "osd.3")) == 118 + 10
+    assert len(osd_series(c, "osd.3")) == 117 + 10
 
 
 # ----------------------------------------------------------------------------- config cache
@@ -1908,6 +1967,178 @@ def test_pooled_quantiles_follow_the_pool(osd_tree: Tree, fake_node: FakeNode) -
         }
         assert got == pytest.approx(want), got
         assert step(30) == {}
+    finally:
+        scraper.close()
+
+
+COMMIT_MEAN = "cephnode_osd_bluestore_commit_latency_mean_seconds"
+ROCKSDB_MEAN = "cephnode_osd_rocksdb_latency_mean_seconds"
+CPU_PER_OP = "cephnode_osd_cpu_seconds_per_op"
+HOST_CPU_PER_OP = "cephnode_osd_host_cpu_seconds_per_op"
+
+
+def means(c: Collection) -> dict[tuple[str, ...], float]:
+    """The mean gauges of a scrape: (metric, ceph_daemon[, stage]) -> value; the host's
+    CPU per op as (metric,)."""
+    out: dict[tuple[str, ...], float] = {}
+    for (name, labels), v in samples(c).items():
+        lab = dict(labels)
+        if name in (COMMIT_MEAN, CPU_PER_OP):
+            out[(name, lab["ceph_daemon"])] = v
+        elif name == ROCKSDB_MEAN:
+            out[(name, lab["ceph_daemon"], lab["stage"])] = v
+        elif name == HOST_CPU_PER_OP:
+            assert lab == {}
+            out[(name,)] = v
+    return out
+
+
+def writable_process(tree: Tree, root: Path) -> tuple[Path, Path]:
+    """A procfs under ``root`` holding a copy of the tree's first OSD process, with this
+    process's pid linked to it (as :func:`impersonate`), so a test can change its CPU
+    times; returns the procfs and the copy's stat file."""
+    # fixture_osd may name our pid's link to the fixture process: copy what it points to.
+    pid = Path(os.path.realpath(tree.proc / str(fixture_osd(tree)[2]))).name
+    assert pid != str(os.getpid()), "our pid is a fixture pid: rebuild"
+    proc = root / "proc"
+    shutil.copytree(tree.proc / pid, proc / pid, symlinks=True)
+    (proc / str(os.getpid())).symlink_to(pid)
+    return proc, proc / pid / "stat"
+
+
+def add_cpu(stat_file: Path, user_ticks: int, system_ticks: int) -> None:
+    """Add clock ticks to utime and stime (fields 14 and 15, proc(5)) of a stat file."""
+    head, tail = stat_file.read_text().rsplit(")", 1)
+    fields = tail.split()
+    fields[11] = str(int(fields[11]) + user_ticks)
+    fields[12] = str(int(fields[12]) + system_ticks)
+    stat_file.write_text(f"{head}) {' '.join(fields)}\n")
+
+
+def test_means_over_the_window(osd_tree: Tree, fake_node: FakeNode, tmp_path: Path) -> None:
+    """A 120 s window, scrapes a minute apart. Each mean is the events' latency in the
+    window (the commits of 1 ms in the first minute leave it two minutes later), absent
+    below 1 event/s and before the second read; the CPU per op is the CPU ticks added
+    over the ops added, per OSD and for the node (both fake OSDs are served by this
+    process, so both read the one process copy: the node counts its CPU twice). The
+    memstore OSD has no BlueStore or RocksDB means and no error. A restart (counts
+    fall) starts the window over."""
+    proc, stat_file = writable_process(osd_tree, tmp_path)
+    hz = os.sysconf("SC_CLK_TCK")
+    recorded_node(fake_node, osd_tree)
+    mem, blue = (fake_node.servers[i].handler for i in (0, 3))
+    assert isinstance(mem, RecordedOSD) and isinstance(blue, RecordedOSD)
+    flags = [*osd_tree.flags, f"--path.procfs={proc}", f"--ceph.socket-dir={fake_node.dir}",
+             "--collector.osd.latency-window=120", *ONLY_OSD]  # fmt: skip
+    scraper, clock = osd_scraper(flags)
+    commit, get, submit, sync = BUSY_STAGES  # the perf dump keys
+    helps: dict[str, str] = {}  # metric -> HELP, of every scrape
+
+    def step(
+        events: dict[str, tuple[int, float]],
+        ops: tuple[int, int],
+        ticks: tuple[int, int],
+        restarted: bool = False,
+    ) -> dict[tuple[str, ...], float]:
+        """A minute of ``events`` (key -> (count, latency)) and (osd.0, osd.3) ``ops`` on
+        the BlueStore OSD, and (user, system) CPU ``ticks``; then a scrape."""
+        for key, (n, latency) in events.items():
+            add_events(blue, key, n, latency, restarted)
+        add_ops(mem, ops[0])
+        add_ops(blue, ops[1], restarted)
+        add_cpu(stat_file, *ticks)
+        clock.now += 60
+        c = scraper.collect(10.0)
+        assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1
+        assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0
+        helps.update((f.name, f.documentation) for f in c.families())
+        return means(c)
+
+    m, b = "osd.0", "osd.3"
+    try:
+        assert means(scraper.collect(10.0)) == {}  # one read
+        got = step(
+            {commit: (600, 0.001), get: (600, 0.0001), submit: (120, 0.0005), sync: (30, 0.002)},
+            ops=(300, 900),
+            ticks=(450, 150),
+        )
+        assert got == pytest.approx({
+            (COMMIT_MEAN, b): 0.001,
+            (ROCKSDB_MEAN, b, "get"): 0.0001,
+            (ROCKSDB_MEAN, b, "submit"): 0.0005,  # 2/s; submit_sync: 0.5/s, none
+            (CPU_PER_OP, b): 600 / hz / 900,
+            (CPU_PER_OP, m): 600 / hz / 300,
+            (HOST_CPU_PER_OP,): 2 * 600 / hz / 1200,
+        }, rel=1e-9)  # fmt: skip
+        # Both minutes in the window: commits of 1 and 3 ms, 0.75 synced submits/s.
+        got = step({commit: (600, 0.003), submit: (120, 0.0005), sync: (60, 0.002)},
+                   ops=(0, 900), ticks=(300, 0))  # fmt: skip
+        assert got == pytest.approx({
+            (COMMIT_MEAN, b): (0.6 + 1.8) / 1200,
+            (ROCKSDB_MEAN, b, "get"): 0.0001,  # 600 in 120 s
+            (ROCKSDB_MEAN, b, "submit"): 0.0005,
+            (CPU_PER_OP, b): 900 / hz / 1800,
+            (CPU_PER_OP, m): 900 / hz / 300,  # 2.5 op/s
+            (HOST_CPU_PER_OP,): 2 * 900 / hz / 2100,
+        }, rel=1e-9)  # fmt: skip
+        # The first minute left: 600 commits of 3 ms, no gets, 1 submit/s and 1 synced
+        # submit/s exactly; osd.0 did no op in the window, its CPU still counts for the node.
+        got = step({sync: (60, 0.002)}, ops=(0, 0), ticks=(0, 0))
+        assert got == pytest.approx({
+            (COMMIT_MEAN, b): 0.003,
+            (ROCKSDB_MEAN, b, "submit"): 0.0005,
+            (ROCKSDB_MEAN, b, "submit_sync"): 0.002,
+            (CPU_PER_OP, b): 300 / hz / 900,
+            (HOST_CPU_PER_OP,): 2 * 300 / hz / 900,
+        }, rel=1e-9)  # fmt: skip
+        # osd.3 restarts (every count from 0): one read in its windows, no means; osd.0
+        # did no op: the node has none either.
+        assert step({commit: (600, 0.001)}, ops=(0, 600), ticks=(0, 0), restarted=True) == {}
+        got = step({commit: (600, 0.001)}, ops=(0, 600), ticks=(120, 0))
+        assert got == pytest.approx({
+            (COMMIT_MEAN, b): 0.001,
+            (CPU_PER_OP, b): 120 / hz / 600,
+            (HOST_CPU_PER_OP,): 2 * 120 / hz / 600,
+        }, rel=1e-9)  # fmt: skip
+        for name in (COMMIT_MEAN, ROCKSDB_MEAN, CPU_PER_OP, HOST_CPU_PER_OP):
+            assert "120 s" in helps[name], name
+    finally:
+        scraper.close()
+
+
+def test_means_start_over_when_the_pid_changes(osd_tree: Tree) -> None:
+    """A new pid is a restart even when no counter fell (a long gap can hide the drop):
+    the means and the CPU per op start over, as the p99 windows do. The collector's
+    state is fed OSD facts directly, the only way to give one socket two pids."""
+    scraper, _ = osd_scraper([*osd_tree.flags, *ONLY_OSD])
+    collector = next(c for c in scraper._collectors if c.name == "osd")
+    sock = osd_collector.OSDSocket("ceph", 3, "/nowhere/ceph-osd.3.asok", "package")
+    dump = payload("bluestore", "perf dump")
+
+    def read(now: float, pid: int, commits: int, ops: int, cpu: float) -> OSDFacts:
+        dump["bluestore"]["commit_lat"]["avgcount"] += commits
+        dump["bluestore"]["commit_lat"]["sum"] += commits * 0.002
+        dump["osd"]["op"] += ops
+        facts = OSDFacts(sock, 0.0, counters=perf.parse_perf_dump(dump), pid=pid)
+        facts.process = process.ProcessSample(pid, "ceph-osd", cpu, 0.0, None, 1, 0, 0,
+                                              frozenset(), "libc")  # fmt: skip
+        _, host = collector._update_latency([facts], now)  # type: ignore[attr-defined]
+        if facts.cpu_per_op is None:
+            assert host is None
+        else:
+            assert host == pytest.approx(facts.cpu_per_op)  # the node's one OSD
+        return facts
+
+    try:
+        assert read(0, 100, 0, 0, 10.0).latency_means == {}
+        f = read(60, 100, 600, 600, 13.0)
+        assert f.latency_means == {"bluestore.commit_lat": pytest.approx(0.002)}
+        assert f.cpu_per_op == pytest.approx(3.0 / 600)
+        f = read(120, 200, 600, 600, 16.0)  # restarted, every counter still higher
+        assert (f.latency_means, f.cpu_per_op) == ({}, None)
+        f = read(180, 200, 600, 600, 16.6)
+        assert f.latency_means == {"bluestore.commit_lat": pytest.approx(0.002)}
+        assert f.cpu_per_op == pytest.approx(0.6 / 600)  # from the read at 120 s only
     finally:
         scraper.close()
 

@@ -1,7 +1,9 @@
 """The osd collector against a real Ceph cluster (tests/cephcluster.py, Debian's Pacific).
 
 Write load grows the histograms, which agree with perf dump, and the pooled per-host
-histogram by as much as the OSDs' together; BlueStore and RocksDB
+histogram by as much as the OSDs' together; the exported means over the window (BlueStore
+commit, RocksDB stages, CPU per op, per OSD and for the node) are the increases of the
+raw counters exported at both reads; BlueStore and RocksDB
 series exist for the BlueStore OSD only; a stopped replica under write load is reported
 as itself within the budget while the primary's stuck ops show; a restarted OSD is found
 again; each OSD's process (through the real /proc) and its lack of a block device (memstore,
@@ -59,17 +61,25 @@ def test_histograms_grow_under_load_and_agree_with_perf_dump(
 ) -> None:
     tree = node_trees["epyc9454p-tuned"]
     osd_cluster.create_pool("osdhist", size=1, pg_num=32)
-    # One exporter across the load, for the pooled per-host histogram (its state lives
-    # between scrapes); the other scrapes are fresh exporters.
-    flags = [*tree.flags, f"--ceph.socket-dir={osd_cluster.socket_dir}", *ONLY_OSD]
+    # One exporter across the load, for the pooled per-host histogram and the means (their
+    # state lives between scrapes), reading the real OSD processes for the CPU per op;
+    # the other scrapes are fresh exporters.
+    flags = [*tree.flags, "--path.procfs=/proc", f"--ceph.socket-dir={osd_cluster.socket_dir}",
+             *ONLY_OSD]  # fmt: skip
     exporter = build_scraper(parse_args(["dump", *flags]))
     try:
+        t0 = time.monotonic()
         before = exporter.collect(10.0)
+        t1 = time.monotonic()
         osd_cluster.rados_bench("osdhist", 3, mode="write", block=65536)
         _check_histograms(osd_cluster, tree, before)
+        t2 = time.monotonic()
         last = exporter.collect(10.0)
+        t3 = time.monotonic()
     finally:
         exporter.close()
+    # The exporter's two reads were taken inside [t0, t1] and [t2, t3].
+    _check_means(osd_cluster, before, last, (t2 - t1, t3 - t0))
     # The pool grew by what the OSDs' histograms grew between the exporter's two reads.
     grown = {
         d: (value(last, "cephnode_osd_op_latency_seconds_count", ceph_daemon=d, op="write") or 0)
@@ -78,6 +88,68 @@ def test_histograms_grow_under_load_and_agree_with_perf_dump(
     }
     assert all(g > 0 for g in grown.values()), grown
     assert pooled_writes(last) - pooled_writes(before) == sum(grown.values())
+
+
+def _check_means(
+    cluster: CephCluster, before: Collection, last: Collection, elapsed: tuple[float, float]
+) -> None:
+    """The mean gauges of the exporter's second read against the increases of the raw
+    counters it exported at both reads: present and equal when the events were at least
+    1/s even over the longest time the reads can be apart, absent when below 1/s even
+    over the shortest. The BlueStore OSD's commits and the node's ops are well above."""
+    shortest, longest = elapsed
+
+    def grew(metric: str, **labels: str) -> float:
+        new, old = value(last, metric, **labels), value(before, metric, **labels)
+        assert new is not None and old is not None, (metric, labels)
+        return new - old
+
+    def check(mean: float | None, total: float, events: float, what: object) -> None:
+        if events / longest >= 1:
+            assert mean == pytest.approx(total / events, rel=1e-9, abs=1e-12), what
+        elif events / shortest < 1:
+            assert mean is None, what
+        else:  # the rate is 1/s within the clocks' uncertainty
+            assert mean is None or mean == pytest.approx(total / events, rel=1e-9), what
+
+    host_cpu = host_ops = 0.0
+    for osd_id in cluster.osds:
+        d = {"ceph_daemon": f"osd.{osd_id}"}
+        cpu = sum(
+            grew("cephnode_osd_cpu_seconds_total", mode=mode, **d) for mode in ("user", "system")
+        )
+        ops = grew("cephnode_osd_ops_total", **d)
+        host_cpu, host_ops = host_cpu + cpu, host_ops + ops
+        check(value(last, "cephnode_osd_cpu_seconds_per_op", **d), cpu, ops, (d, cpu, ops))
+        commit = value(last, "cephnode_osd_bluestore_commit_latency_mean_seconds", **d)
+        stages = {
+            stage: value(last, "cephnode_osd_rocksdb_latency_mean_seconds", stage=stage, **d)
+            for stage in ("get", "submit", "submit_sync")
+        }
+        if osd_id not in cluster.bluestore_ids:
+            assert commit is None and set(stages.values()) == {None}, d
+            continue
+        base = "cephnode_osd_bluestore_commit_latency_seconds"
+        commits = grew(f"{base}_count", **d)
+        assert commits / longest >= 1, (d, commits, longest)  # the bench wrote to it
+        check(commit, grew(f"{base}_sum", **d), commits, (d, "commit"))
+        # The RocksDB stages are exported as means only: their raw perf dump averages
+        # are the collector's reads, in the collection's facts.
+        for stage, mean in stages.items():
+            new, old = (raw_avg(c, osd_id, f"rocksdb.{stage}_latency") for c in (last, before))
+            n = new.count - old.count
+            check(mean, new.sum - old.sum, n, (d, stage, n))
+    # Every OSD's process was read at both scrapes: the node's is all of them together.
+    assert host_ops / longest >= 1, host_ops
+    host = value(last, "cephnode_osd_host_cpu_seconds_per_op")
+    assert host == pytest.approx(host_cpu / host_ops, rel=1e-9)
+
+
+def raw_avg(c: Collection, osd_id: int, key: str) -> Any:
+    """The perf dump time average ``key`` of the OSD as the collector read it."""
+    (outcome,) = [o for o in c.outcomes if o.name == "osd"]
+    (osd,) = [o for o in outcome.facts.osds if o.ceph_daemon == f"osd.{osd_id}"]
+    return osd.counters.avgs[key]
 
 
 def pooled_writes(c: Collection) -> float:
@@ -125,13 +197,13 @@ def _check_histograms(osd_cluster: CephCluster, tree: Tree, before: Collection) 
         assert low <= total <= high, (d, low, total, high)
         assert took < 2.0
         store = value(after, "cephnode_osd_bluestore_commit_latency_seconds_count", ceph_daemon=d)
-        rocks = value(after, "cephnode_osd_rocksdb_submit_latency_seconds_count", ceph_daemon=d)
+        rocks = value(after, "cephnode_osd_rocksdb_compact_queue_length", ceph_daemon=d)
         objectstore = "bluestore" if osd_id in osd_cluster.bluestore_ids else "memstore"
         # allocator "": the fixture's procfs does not hold the real OSD's process.
         assert value(after, "cephnode_osd_info", ceph_daemon=d, version="16.2.15",
                      objectstore=objectstore, allocator="") == 1  # fmt: skip
         if osd_id in osd_cluster.bluestore_ids:
-            assert store and store > 0 and rocks and rocks > 0, d
+            assert store and store > 0 and rocks is not None, d
         else:
             assert store is None and rocks is None, d
 

@@ -16,6 +16,7 @@ Three rules shape this module:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import platform
 import queue
@@ -36,6 +37,35 @@ from cephnode_exporter.logs import kv
 from cephnode_exporter.profile import Profile
 
 log = logging.getLogger(__name__)
+
+# The _info families whose label sets are tuning facts: a changed kernel parameter,
+# driver, firmware, tuned or checks profile, or Ceph version is what a rule watching for
+# changes (alerts/, CephNodeTuningChanged) reports beside changed check results.
+TUNING_FACTS = (
+    "cpu_idle_driver_info",
+    "cpu_idle_kernel_params_info",
+    "cpu_amd_pstate_info",
+    "kernel_cmdline_info",
+    "iommu_kernel_params_info",
+    "iommu_group_info",
+    "tuned_profile_info",
+    "tuning_profile_info",
+    "nvme_controller_info",
+    "osd_info",
+)
+
+
+def state_hash(items: Iterable[tuple[str, ...]]) -> float:
+    """A 48-bit hash of a set of string tuples, as a float that holds it exactly.
+
+    The same set gives the same value in every process, order and Python version (no
+    ``hash()``), so the value changes only when the set does: one series a rule can watch
+    with ``changes()`` instead of reading every series behind it.
+    """
+    h = hashlib.blake2b(digest_size=6)
+    for item in sorted(set(items)):
+        h.update("\x1f".join(item).encode() + b"\x1e")
+    return float(int.from_bytes(h.digest(), "big"))
 
 
 @dataclass
@@ -65,7 +95,33 @@ class Collection:
         for o in self.outcomes:
             out.extend(o.families)
         out.extend(self._meta())
-        return [f for f in out if f.samples]
+        out = [f for f in out if f.samples]
+        facts = self._fact_hashes(out)
+        return [*out, facts] if facts.samples else out
+
+    @staticmethod
+    def _fact_hashes(families: list[Metric]) -> Metric:
+        """One hash per TUNING_FACTS family present. ``ceph_daemon`` is left out: the
+        OSDs' facts count as a set (a new version on one OSD shows, an OSD that missed a
+        scrape or was added does not). A family absent in this scrape (its collector
+        failed, or the node has no such fact) has no hash, so a failed read is no change."""
+        facts = GaugeMetricFamily(
+            metric_name("tuning_fact_hash"),
+            "A hash of the label sets of the tuning fact's _info series (ceph_daemon left "
+            "out); it changes when the fact does.",
+            labels=["fact"],
+        )
+        wanted = {metric_name(f): f for f in TUNING_FACTS}
+        for family in families:
+            fact = wanted.get(family.name)
+            if fact is None:
+                continue
+            items = (
+                tuple(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "ceph_daemon")
+                for s in family.samples
+            )
+            facts.add_metric([fact], state_hash(items))
+        return facts
 
     def _meta(self) -> Iterable[Metric]:
         build = GaugeMetricFamily(
@@ -103,40 +159,48 @@ class Collection:
         )
         profile.add_metric([self.profile_name], 1.0)
         yield profile
+        # Only the subjects that fail or warn have a series (value 1), as ALERTS has only
+        # firing alerts: at 630 OSDs the passing ones were 11,000 series of zeros that
+        # every detuned-node alert read each minute (docs/performance.md). Which checks
+        # were judged, passing ones included, is in the hash below.
         failed = GaugeMetricFamily(
             metric_name("tuning_check_failed"),
-            "1 when the tuning check fails for the subject (see `cephnode-exporter check`).",
+            "1 when the tuning check fails for the subject (see `cephnode-exporter check`); "
+            "no series when it does not.",
             labels=["check", "subject"],
         )
         warning = GaugeMetricFamily(
             metric_name("tuning_check_warning"),
-            "1 when the tuning check warns for the subject.",
+            "1 when the tuning check warns for the subject; no series when it does not.",
             labels=["check", "subject"],
         )
-        # Per check, how many subjects fail or warn: a few series per node that change
-        # whenever a result does, so that a rule watching for changes (alerts/,
-        # CephNodeTuningChanged) need not read every per-subject series for an hour.
-        subjects = GaugeMetricFamily(
-            metric_name("tuning_check_subjects"),
-            "Subjects for which the tuning check has the status (fail or warn); 0 when none.",
-            labels=["check", "status"],
+        # Per judged check, a hash of its failing and warning subjects: one series per
+        # check that changes whenever one of those results does, so that a rule watching
+        # for changes (alerts/, CephNodeTuningChanged) need not read every result for an
+        # hour. Passing subjects are left out: one that turns unknown (its OSD missed a
+        # scrape) is no change.
+        hashes = GaugeMetricFamily(
+            metric_name("tuning_check_hash"),
+            "A hash of the tuning check's failing and warning subjects and their status, "
+            "one series per check judged in this scrape; it changes when they do.",
+            labels=["check"],
         )
-        tally: dict[str, dict[str, int]] = {}
+        deviating: dict[str, list[tuple[str, str]]] = {}
         for r in self.results:
             if r.status in (Status.SKIP, Status.UNKNOWN):
                 # Unknown is carried by the collector's success metric; skip is not a result.
                 continue
-            failed.add_metric([r.check, r.subject], 1.0 if r.status == Status.FAIL else 0.0)
-            warning.add_metric([r.check, r.subject], 1.0 if r.status == Status.WARN else 0.0)
-            counts = tally.setdefault(r.check, {"fail": 0, "warn": 0})
+            subjects = deviating.setdefault(r.check, [])
             if r.status == Status.FAIL:
-                counts["fail"] += 1
+                failed.add_metric([r.check, r.subject], 1.0)
             elif r.status == Status.WARN:
-                counts["warn"] += 1
-        for check, counts in tally.items():
-            for status, n in counts.items():
-                subjects.add_metric([check, status], float(n))
-        yield from (failed, warning, subjects)
+                warning.add_metric([r.check, r.subject], 1.0)
+            else:
+                continue
+            subjects.append((r.subject, r.status.value))
+        for check, subjects in deviating.items():
+            hashes.add_metric([check], state_hash(subjects))
+        yield from (failed, warning, hashes)
 
 
 class _Call:

@@ -129,6 +129,25 @@ LATENCY_WINDOW_S = 300.0
 # Every OSD of the fleet has an NVMe data device.
 MEDIA = "nvme"
 QUANTILE_NAME = "cephnode_osd_op_latency_quantile_seconds"
+# Summary -> the exporter's mean over its window (gauge, stage label).
+STAGE_MEANS = {
+    "cephnode_osd_bluestore_commit_latency_seconds": (
+        "cephnode_osd_bluestore_commit_latency_mean_seconds",
+        "",
+    ),
+    "cephnode_osd_rocksdb_get_latency_seconds": (
+        "cephnode_osd_rocksdb_latency_mean_seconds",
+        "get",
+    ),
+    "cephnode_osd_rocksdb_submit_latency_seconds": (
+        "cephnode_osd_rocksdb_latency_mean_seconds",
+        "submit",
+    ),
+    "cephnode_osd_rocksdb_submit_sync_latency_seconds": (
+        "cephnode_osd_rocksdb_latency_mean_seconds",
+        "submit_sync",
+    ),
+}
 # Check result series -> the status their 1 stands for.
 CHECK_STATUS = {"cephnode_tuning_check_failed": "fail", "cephnode_tuning_check_warning": "warn"}
 HOST_HIST_NAMES = (
@@ -267,7 +286,8 @@ SYNTHETIC = frozenset(
         "cephnode_scrape_collector_success",
         "cephnode_tuning_check_failed",
         "cephnode_tuning_check_warning",
-        "cephnode_tuning_check_subjects",
+        "cephnode_tuning_check_hash",
+        "cephnode_tuning_fact_hash",
         "cephnode_kprofile_samples_total",
         "cephnode_kprofile_sampled_seconds_total",
         "cephnode_kprofile_windows_total",
@@ -288,21 +308,23 @@ SYNTHETIC = frozenset(
             f"cephnode_osd_{stage}_{part}"
             for stage in (
                 "bluestore_commit_latency_seconds",
-                "rocksdb_get_latency_seconds",
-                "rocksdb_submit_latency_seconds",
-                "rocksdb_submit_sync_latency_seconds",
                 "op_queue_wait_seconds",
                 "op_process_latency_seconds",
             )
             for part in ("sum", "count")
         ),
         "cephnode_osd_cpu_seconds_total",
+        "cephnode_osd_cpu_seconds_per_op",
+        "cephnode_osd_host_cpu_seconds_per_op",
+        "cephnode_osd_bluestore_commit_latency_mean_seconds",
+        "cephnode_osd_rocksdb_latency_mean_seconds",
         "cephnode_osd_scrape_success",
         "cephnode_osd_scrape_duration_seconds",
         "cephnode_osd_pgs",
         "cephnode_osd_info",
         "cephnode_osd_device_info",
         "cephnode_osd_slow_ops",
+        "cephnode_osd_slow_ops_by_flag_point",
         "cephnode_osd_ops_in_flight",
         "cephnode_osd_oldest_op_age_seconds",
         "cephnode_osd_ops_in_flight_by_flag_point",
@@ -634,6 +656,9 @@ class Generator:
         self.edges, self.le = _osd_histogram_edges()
         self.osd_checks = osd_checks()
         self.spin = spinlock_params()
+        # Per host (reset by run()): its check results, and its OSDs' CPU and op increases.
+        self._results: dict[str, list[tuple[str, str, list[float]]]] = {}
+        self._cpu_increases: list[list[tuple[float, float, float] | None]] = []
         # Index where each window starts.
         self.window_starts: set[int] = set()
         i = 0
@@ -673,11 +698,13 @@ class Generator:
         for host in self.fleet.hosts:
             if names is not None and host.name not in names:
                 continue
-            self._tally: dict[str, dict[str, list[float]]] = {}
+            self._results = {}
             self._host(writer, host)
+            self._cpu_increases = []
             per_osd = [self._osd(writer, host, osd) for osd in host.osds]
+            self._host_cpu_per_op(writer, host)
             self._host_histogram(writer, host, per_osd)
-            self._check_tally(writer, host)
+            self._check_hashes(writer, host)
             if progress:
                 progress(host.name)
         if mgr:
@@ -703,7 +730,7 @@ class Generator:
             if not self.want(name) or self._synthetic(name, labels):
                 continue
             if name in CHECK_STATUS:
-                self._count(labels["check"], CHECK_STATUS[name], [value] * n)
+                self._count(labels["check"], labels["subject"], CHECK_STATUS[name], [value] * n)
             key = (name, frozenset(labels.items()))
             values = dynamic.get(key)
             w.write(name, {**labels, **tgt}, values if values is not None else [value] * n)
@@ -719,8 +746,8 @@ class Generator:
             "pgs",
         ):
             return True
-        if name == "cephnode_tuning_check_subjects":
-            return True  # the tally of every check result written, snapshot's and ours
+        if name == "cephnode_tuning_check_hash":
+            return True  # of every check result written, snapshot's and ours
         return (
             name.startswith("cephnode_tuning_check_")
             and labels.get("check") == "kernel.spinlock_iommu"
@@ -868,39 +895,36 @@ class Generator:
     def _check(
         self, w: Writer, tgt: Labels, check: str, subject: str, severity: str, deviates: list[float]
     ) -> None:
-        labels = {"check": check, "subject": subject, **tgt}
-        zero = [0.0] * len(deviates)
-        self._count(check, severity, deviates)
-        if self.want("cephnode_tuning_check_failed"):
-            w.write(
-                "cephnode_tuning_check_failed", labels, deviates if severity == "fail" else zero
-            )
-        if self.want("cephnode_tuning_check_warning"):
-            w.write(
-                "cephnode_tuning_check_warning", labels, deviates if severity == "warn" else zero
-            )
+        """One subject's result: a series of 1 while it deviates, as the exporter writes
+        only failing and warning subjects (scrape.py)."""
+        self._count(check, subject, severity, deviates)
+        name = {"fail": "cephnode_tuning_check_failed", "warn": "cephnode_tuning_check_warning"}
+        if self.want(name[severity]):
+            w.write(name[severity], {"check": check, "subject": subject, **tgt}, _sparse(deviates))
 
-    def _count(self, check: str, status: str, values: list[float]) -> None:
-        """Add one subject's results (1 where it has ``status``) to the host's tally."""
-        tally = self._tally.setdefault(
-            check, {"fail": [0.0] * len(values), "warn": [0.0] * len(values)}
-        )
-        for i, v in enumerate(values):
-            tally[status][i] += v
+    def _count(self, check: str, subject: str, status: str, values: list[float]) -> None:
+        """Keep one subject's results (1 where it has ``status``) for the host's hashes."""
+        self._results.setdefault(check, []).append((subject, status, values))
 
-    def _check_tally(self, w: Writer, host: Host) -> None:
-        """cephnode_tuning_check_subjects: the exporter's per-check count of failing and
-        warning subjects, from every check result written for the host."""
-        if not self.want("cephnode_tuning_check_subjects"):
-            return
+    def _check_hashes(self, w: Writer, host: Host) -> None:
+        """The exporter's cephnode_tuning_check_hash from every check result written for
+        the host (its own function, scrape.state_hash), and the osd_info fact hash of the
+        OSDs the generator writes (the snapshots have no OSD)."""
+        from cephnode_exporter.scrape import state_hash
+
         tgt = self.target(host)
-        for check, statuses in sorted(self._tally.items()):
-            for status, values in statuses.items():
-                w.write(
-                    "cephnode_tuning_check_subjects",
-                    {"check": check, "status": status, **tgt},
-                    values,
-                )
+        n = len(self.times)
+        if self.want("cephnode_tuning_check_hash"):
+            for check, results in sorted(self._results.items()):
+                values = [
+                    state_hash((subj, status) for subj, status, v in results if v[i] >= 1)
+                    for i in range(n)
+                ]
+                w.write("cephnode_tuning_check_hash", {"check": check, **tgt}, values)
+        if host.osds and self.want("cephnode_tuning_fact_hash"):
+            # cephnode_osd_info's labels without ceph_daemon (as _osd writes them).
+            value = state_hash([("objectstore=bluestore", f"version={CEPH_VERSION}")])
+            w.write("cephnode_tuning_fact_hash", {"fact": "osd_info", **tgt}, [value] * n)
 
     # ------------------------------------------------------------------ laggy PGs
 
@@ -938,14 +962,12 @@ class Generator:
                 for osd, role in ((primary, "primary"), (r1, "replica"), (r2, "replica")):
                     counts.setdefault((osd, role, state), [0.0] * n)[i] += 1
         # Only non-zero counts, as the collector exports them (docs/metrics.md): a
-        # series exists while its OSD is in such PGs. When it vanishes, Prometheus marks
-        # it stale at the next scrape; a backfill cannot write that marker, and queries
-        # would carry the last count for the 5-minute lookback, so a 0 stands in for it.
+        # series exists while its OSD is in such PGs.
         for (osd_id, role, state), vals in sorted(counts.items()):
             w.write(
                 "cephnode_osd_laggy_pgs",
                 {"ceph_daemon": f"osd.{osd_id}", "role": role, "state": state, **tgt},
-                [v if v else (0.0 if i and vals[i - 1] else None) for i, v in enumerate(vals)],
+                _sparse(vals),
             )
 
     def _blip(self) -> tuple[int, int]:
@@ -1073,30 +1095,50 @@ class Generator:
             "cephnode_osd_op_process_latency_seconds": (total_ops, 0.0006, lat),
         }
         for name, (events, mean, factor) in stages.items():
-            if not self.want_any(f"{name}_sum", f"{name}_count"):
+            gauge, stage = STAGE_MEANS.get(name, ("", ""))
+            want_mean = bool(gauge) and self.want(gauge)
+            if not (want_mean or self.want_any(f"{name}_sum", f"{name}_count")):
                 continue
             count_start = srng.randrange(10**8, 10**9)
             sum_vals, acc = [], count_start * mean
             for i in range(n):
                 acc += events[i] * mean * factor[i] * math.exp(rng.gauss(0, 0.03))
                 sum_vals.append(round(acc, 6))
+            counts = _cumulative(count_start, events)
             if self.want(f"{name}_count"):
-                w.write(f"{name}_count", d, _cumulative(count_start, events))
+                w.write(f"{name}_count", d, counts)
             if self.want(f"{name}_sum"):
                 w.write(f"{name}_sum", d, sum_vals)
+            if want_mean:
+                # The exporter's mean over its window, from the same reads.
+                labels = {"stage": stage, **d} if stage else d
+                w.write(gauge, labels, [r for r, _ in self._window(sum_vals, counts)])
 
         # CPU time in USER_HZ ticks: per op and a floor for the OSD's own threads.
-        if self.want("cephnode_osd_cpu_seconds_total"):
-            cpu_f = 1.0
+        cpu_names = (
+            "cephnode_osd_cpu_seconds_total",
+            "cephnode_osd_cpu_seconds_per_op",
+            "cephnode_osd_host_cpu_seconds_per_op",
+        )
+        if self.want_any(*cpu_names):
+            cpu_total = [0.0] * n
             for mode, per_op, floor in (("user", 28e-6, 0.05), ("system", 18e-6, 0.03)):
                 ticks, acc = [], srng.randrange(10**6, 10**7)
                 for i in range(n):
-                    f = cpu_f * (1.3 if debug[i] else 1.0)
+                    f = 1.3 if debug[i] else 1.0
                     if host.kind == "iommu" and mode == "system":
                         f *= 1.8  # spinning in the IOVA allocator is system time
                     acc += round((total_ops[i] * per_op * f + floor * gaps[i]) * 100)
                     ticks.append(acc / 100)
-                w.write("cephnode_osd_cpu_seconds_total", {"mode": mode, **d}, ticks)
+                    cpu_total[i] += acc / 100
+                if self.want(cpu_names[0]):
+                    w.write(cpu_names[0], {"mode": mode, **d}, ticks)
+            # The exporter's CPU per op over its window, and the increases the host's
+            # figure adds up (run()).
+            per_op_window = self._window(cpu_total, _cumulative(start_total, total_ops))
+            if self.want(cpu_names[1]):
+                w.write(cpu_names[1], d, [r for r, _ in per_op_window])
+            self._cpu_increases.append([inc for _, inc in per_op_window])
 
         # Gauges.
         for name, values in (
@@ -1125,6 +1167,7 @@ class Generator:
             )
         if self.want_any(
             "cephnode_osd_slow_ops",
+            "cephnode_osd_slow_ops_by_flag_point",
             "cephnode_osd_ops_in_flight",
             "cephnode_osd_ops_in_flight_by_flag_point",
             "cephnode_osd_oldest_op_age_seconds",
@@ -1147,6 +1190,36 @@ class Generator:
         if self.want("cephnode_osd_debug_nonzero_subsystems"):
             w.write("cephnode_osd_debug_nonzero_subsystems", d, [1.0 if x else 0.0 for x in debug])
         return op_hists
+
+    def _window(
+        self, num: list[float], den: list[float]
+    ) -> list[tuple[float | None, tuple[float, float, float] | None]]:
+        """The exporter's CounterWindow over two counters read at every time: the ratio of
+        their increases (None below 1 event/s of ``den``) and (elapsed, num, den) increases."""
+        from cephnode_exporter.ceph import latency
+
+        win = latency.CounterWindow(LATENCY_WINDOW_S)
+        out: list[tuple[float | None, tuple[float, float, float] | None]] = []
+        for i, t in enumerate(self.times):
+            win.observe(float(t), (num[i], den[i]))
+            inc = win.increase()
+            out.append((win.ratio(0, 1), None if inc is None else (inc[0], *inc[1])))
+        return out
+
+    def _host_cpu_per_op(self, w: Writer, host: Host) -> None:
+        """The exporter's cephnode_osd_host_cpu_seconds_per_op: the OSDs' CPU increases
+        over their op increases, with at least 1 op/s in all."""
+        name = "cephnode_osd_host_cpu_seconds_per_op"
+        if not self._cpu_increases or not self.want(name):
+            return
+        values: list[float | None] = []
+        for i in range(len(self.times)):
+            incs = [osd[i] for osd in self._cpu_increases if osd[i] is not None]
+            cpu = sum(c for _, c, _ in incs)
+            ops = sum(o for _, _, o in incs)
+            rate = sum(o / e for e, _, o in incs)
+            values.append(cpu / ops if ops > 0 and rate >= 1 else None)
+        w.write(name, self.target(host), values)
 
     def _p99(self, counts: dict[str, Any]) -> list[float | None]:
         """The exporter's p99 gauge at every time: its own LatencyWindow fed with the
@@ -1315,6 +1388,11 @@ class Generator:
             in_flight.append(float(wait_n + start_n))
         if self.want("cephnode_osd_slow_ops"):
             w.write("cephnode_osd_slow_ops", d, slow)
+        if self.want("cephnode_osd_slow_ops_by_flag_point"):
+            # The blip's op is a started one (counted in start_n above).
+            w.write(
+                "cephnode_osd_slow_ops_by_flag_point", {"flag_point": "started", **d}, _sparse(slow)
+            )
         if self.want("cephnode_osd_ops_in_flight"):
             w.write("cephnode_osd_ops_in_flight", d, in_flight)
         if self.want("cephnode_osd_oldest_op_age_seconds"):
@@ -1379,6 +1457,13 @@ class Generator:
             w.write("ceph_healthcheck_slow_ops", tgt, [0.0] * n)
         if self.want("ceph_health_status"):
             w.write("ceph_health_status", tgt, [1.0 if i in self._laggy else 0.0 for i in range(n)])
+
+
+def _sparse(values: list[float]) -> list[float | None]:
+    """A series the exporter writes only while it is non-zero. When it vanishes,
+    Prometheus marks it stale at the next scrape; a backfill cannot write that marker, and
+    queries would carry the last value for the 5-minute lookback, so a 0 stands in for it."""
+    return [v if v else (0.0 if i and values[i - 1] else None) for i, v in enumerate(values)]
 
 
 def _cumulative(start: float, increments: Iterable[float]) -> list[float]:

@@ -13,6 +13,10 @@ own OSDs at a fraction of the cost (docs/performance.md):
   ``histogram_quantile(q, rate(x_bucket[window]))`` sees when the samples are the reads.
 - :class:`PooledHistogram` adds up the increases of several OSDs into one counter that
   never goes backwards, so ``rate()`` on it is right across restarts and missed scrapes.
+- :class:`CounterWindow` keeps several plain counters of one OSD read together (a time
+  average's sum and count, CPU seconds and ops) over the same kind of window and answers
+  the ratio of two increases: what ``rate(a[window]) / rate(b[window])`` gives, so a
+  rule reads one mean per OSD instead of two raw counters.
 
 Pure: no I/O, no clock (callers pass the time), no Prometheus code. The alert tests'
 fleet generator imports this module, so its API stays as it is.
@@ -221,3 +225,81 @@ class PooledHistogram:
     def sum(self) -> float:
         """The pooled sum of latencies, seconds."""
         return self._sum
+
+
+class CounterWindow:
+    """Several cumulative counters of one OSD, read together, over a sliding window.
+
+    Like :class:`LatencyWindow` without buckets: the reads of the last ``window_s``
+    seconds, the oldest inside the window being the baseline of every increase. The
+    counters are one tuple per read, so one deque entry serves them all (the collector
+    keeps the commit and RocksDB sums and counts of an OSD in one window).
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = float(window_s)
+        # (time, cumulative values), oldest first.
+        self._reads: deque[tuple[float, tuple[float, ...]]] = deque()
+        # As LatencyWindow: seconds since the previous read when older than the window.
+        self.gap_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+    def observe(self, now: float, values: Sequence[float]) -> None:
+        """Record one read. Any value below its previous read (a counter reset), or a
+        different number of values, drops every earlier read. Reads older than the window
+        (now - t > window_s) are dropped, exactly as LatencyWindow does."""
+        current = values if isinstance(values, tuple) else tuple(values)
+        reads = self._reads
+        previous = None
+        if reads:
+            previous, last = reads[-1]
+            if len(last) != len(current):
+                reads.clear()
+            else:
+                for v, old in zip(current, last, strict=True):
+                    if v < old:
+                        reads.clear()
+                        break
+        reads.append((now, current))
+        while now - reads[0][0] > self.window_s:
+            reads.popleft()
+        gap = 0.0 if previous is None else now - previous
+        self.gap_s = gap if gap > self.window_s else 0.0
+
+    def _ends(self) -> tuple[float, Sequence[float], Sequence[float]] | None:
+        """(elapsed seconds, oldest read, newest read) in the window; None with fewer than
+        2 reads or no time between them."""
+        if len(self._reads) < 2:
+            return None
+        t0, base = self._reads[0]
+        t1, last = self._reads[-1]
+        elapsed = t1 - t0
+        return None if elapsed <= 0 else (elapsed, base, last)
+
+    def increase(self) -> tuple[float, tuple[float, ...]] | None:
+        """(elapsed seconds, per-counter increase) between the oldest read in the window
+        and the newest; None with fewer than 2 reads or elapsed <= 0."""
+        ends = self._ends()
+        if ends is None:
+            return None
+        elapsed, base, last = ends
+        return elapsed, tuple(float(v - b) for v, b in zip(last, base, strict=True))
+
+    def ratio(self, num: int, den: int, min_rate: float = 1.0) -> float | None:
+        """increase[num] / increase[den]; None when increase() is None or
+        increase[den] / elapsed < min_rate (too few events for a mean).
+
+        Also None when the denominator did not grow (0/0, NaN in PromQL), which only a
+        ``min_rate`` of 0 or less lets through. Reads the two ends directly: called for
+        every OSD every scrape, it builds no tuple of increases.
+        """
+        ends = self._ends()
+        if ends is None:
+            return None
+        elapsed, base, last = ends
+        events = last[den] - base[den]
+        if events <= 0 or events / elapsed < min_rate:
+            return None
+        return float(last[num] - base[num]) / events

@@ -46,8 +46,9 @@ OP_LATENCY_AVGS: Mapping[str, str] = {
 # series per op. Edges above 6.55 s (k = 16) are dropped: a coarser cumulative
 # histogram is still exact at the edges it keeps, ops slower than 6.5 s are counted in
 # +Inf, and such ops are reported individually by the in-flight and slow-op metrics.
-# The 13.1 s edge went to pay for the three p99 gauges (collectors/osd.py), so a tuned
-# OSD stays at 118 series; a p99 above 6.5 s reads as 6.5536 either way.
+# The 13.1 s edge went to pay for the three p99 gauges (collectors/osd.py), so they
+# added no series (a tuned OSD: 117, docs/metrics.md); a p99 above 6.5 s
+# reads as 6.5536 either way.
 MAX_EDGE_SECONDS = 6.6
 
 
@@ -281,13 +282,15 @@ class OpsInFlight:
     """``dump_ops_in_flight``: how many ops, how old, and where they wait.
 
     ``slow`` counts ops older than the OSD's ``osd_op_complaint_time`` (what Ceph calls
-    slow ops); ``by_flag_point`` uses the bounded :data:`FLAG_POINTS` plus "other".
+    slow ops); ``by_flag_point`` uses the bounded :data:`FLAG_POINTS` plus "other", for
+    all ops and (``slow_by_flag_point``) for the slow ones.
     """
 
     num_ops: int
     oldest_age: float
     slow: int
     by_flag_point: dict[str, int]
+    slow_by_flag_point: dict[str, int] = field(default_factory=dict)
 
 
 def parse_ops_in_flight(payload: Any, complaint_time: float) -> OpsInFlight:
@@ -302,18 +305,20 @@ def parse_ops_in_flight(payload: Any, complaint_time: float) -> OpsInFlight:
     oldest = 0.0
     slow = 0
     by_flag: dict[str, int] = {}
+    slow_by_flag: dict[str, int] = {}
     for i, op in enumerate(ops):
         if not isinstance(op, dict):
             raise PerfParseError(f"dump_ops_in_flight: op {i} is not an object")
         age = _num(op.get("age"), f"dump_ops_in_flight: op {i} age")
         oldest = max(oldest, age)
-        if age > complaint_time:
-            slow += 1
         type_data = op.get("type_data")
         flag = type_data.get("flag_point") if isinstance(type_data, dict) else None
         key = flag if flag in FLAG_POINTS else OTHER_FLAG_POINT
         by_flag[key] = by_flag.get(key, 0) + 1
-    return OpsInFlight(num_ops, oldest, slow, by_flag)
+        if age > complaint_time:
+            slow += 1
+            slow_by_flag[key] = slow_by_flag.get(key, 0) + 1
+    return OpsInFlight(num_ops, oldest, slow, by_flag, slow_by_flag)
 
 
 # ----------------------------------------------------------------------------- config

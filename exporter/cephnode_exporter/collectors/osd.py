@@ -34,8 +34,12 @@ Why this shape:
   a sliding window of its own reads, and one histogram per op type and media pooling the
   node's OSDs. At 630 OSDs the rules that computed both from the 36,000 bucket series
   dominated Prometheus' evaluation (docs/performance.md); the exporter has the histograms
-  in hand every scrape. The state lives between scrapes under a lock, never held across
-  socket I/O; the per-OSD histograms stay exported as they were.
+  in hand every scrape. The same for the means the rules took as ``rate(x_sum) /
+  rate(x_count)`` of two raw counters per OSD (BlueStore commit, RocksDB stages, CPU per
+  op): each OSD's over the same window, and the node's CPU per op. The state lives
+  between scrapes under a lock, never held across socket I/O. The per-OSD histograms and
+  counters stay exported, except the RocksDB stage summaries, whose series pay for the
+  means.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ from cephnode_exporter.ceph.discovery import (
     OSDSocket,
     discover_osd_sockets,
 )
-from cephnode_exporter.ceph.latency import LatencyWindow, PooledHistogram
+from cephnode_exporter.ceph.latency import CounterWindow, LatencyWindow, PooledHistogram
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
@@ -110,6 +114,20 @@ LATENCY_MIN_RATE = 1.0
 # ... and per op type and media over the node's pooled OSDs: the median too, for the
 # host's typical op, as no per-OSD p50 is exported (series budget).
 HOST_LATENCY_QUANTILES = (0.5, 0.99)
+# The perf dump time averages whose mean over the latency window is exported, in the
+# order of one OSD's CounterWindow (a sum and a count each): the BlueStore commit, then
+# the RocksDB stages (stage label, the metric's). Below MEAN_MIN_RATE events per second
+# in the window a mean is left out, as the p99 is.
+COMMIT_AVG = "bluestore.commit_lat"
+ROCKSDB_STAGE_AVGS: tuple[tuple[str, str], ...] = (
+    ("get", "rocksdb.get_latency"),
+    ("submit", "rocksdb.submit_latency"),
+    ("submit_sync", "rocksdb.submit_sync_latency"),
+)
+MEAN_AVGS: tuple[str, ...] = (COMMIT_AVG, *(key for _, key in ROCKSDB_STAGE_AVGS))
+MEAN_MIN_RATE = 1.0
+# The counter behind cephnode_osd_ops_total, the denominator of the CPU per op.
+OPS_COUNTER = "osd.op"
 
 # (perf dump section.counter, metric name suffix, help) of the time averages exported as
 # summaries with only _sum and _count (a Prometheus summary without quantiles: the mean
@@ -158,17 +176,9 @@ SUMMARIES: tuple[tuple[str, str, str], ...] = (
         "bluestore_throttle_latency_seconds",
         "Time transactions waited on BlueStore's submission throttle (throttle_lat).",
     ),
-    ("rocksdb.get_latency", "rocksdb_get_latency_seconds", "RocksDB get latency."),
-    (
-        "rocksdb.submit_latency",
-        "rocksdb_submit_latency_seconds",
-        "RocksDB asynchronous transaction submit latency.",
-    ),
-    (
-        "rocksdb.submit_sync_latency",
-        "rocksdb_submit_sync_latency_seconds",
-        "RocksDB synchronous (WAL-synced) transaction submit latency.",
-    ),
+    # The RocksDB stages (rocksdb.get_latency, submit_latency, submit_sync_latency) are
+    # exported as their means over the window only (ROCKSDB_STAGE_AVGS): six series per
+    # OSD fewer, which pay for the mean gauges (docs/metrics.md, "Series per OSD").
 )
 # (perf dump section.counter, metric name suffix without _total, help)
 COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -305,6 +315,11 @@ class OSDFacts:
     media: str = "unknown"  # the data disk's kind (hostfs/blockdev.py block_media)
     # op -> its LATENCY_QUANTILE over the window; only ops with enough ops per second.
     latency_quantiles: dict[str, float] = field(default_factory=dict)
+    # MEAN_AVGS key -> its mean over the window; only those with enough events per second.
+    latency_means: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of the process per osd.op over the window; None below MEAN_MIN_RATE
+    # ops per second, before the second read or when the process was not read.
+    cpu_per_op: float | None = None
 
     @property
     def ceph_daemon(self) -> str:
@@ -339,16 +354,30 @@ class OSDCollectorFacts:
     # (op, media) -> the node's OSDs pooled: cumulative (edge, count) buckets and sum.
     host_histograms: HostHistograms = field(default_factory=dict)
     latency_window: float = DEFAULT_LATENCY_WINDOW
+    # The node's OSDs' CPU seconds per op over the window; None below MEAN_MIN_RATE ops
+    # per second summed over them.
+    host_cpu_per_op: float | None = None
 
 
 @dataclass
 class _LatencyState:
     """One OSD's latency state between scrapes: its pid (a new one is a restart), the
-    media pool it feeds and a window per op type."""
+    media pool it feeds, a window per op type, one for the sums and counts of the
+    MEAN_AVGS it has (``mean_mask``: bit i for MEAN_AVGS[i]; pairs in that order) and
+    one for its process's CPU seconds and its ops."""
 
     pid: int | None
     media: str
     windows: dict[str, LatencyWindow] = field(default_factory=dict)
+    means: CounterWindow | None = None
+    mean_mask: int = 0
+    cpu: CounterWindow | None = None
+
+    def restart(self) -> None:
+        """The OSD restarted: every window starts over."""
+        self.windows.clear()
+        self.means = self.cpu = None
+        self.mean_mask = 0
 
 
 @dataclass
@@ -554,8 +583,8 @@ class OSDCollector(Collector):
             default=DEFAULT_LATENCY_WINDOW,
             metavar="SECONDS",
             help="the exported op latency quantiles (each OSD's p99, the node's pooled p50 "
-            "and p99) cover the histogram reads of this many seconds, like rate() over "
-            "this range (default: %(default)s)",
+            "and p99) and means (BlueStore commit, RocksDB stages, CPU per op) cover the "
+            "reads of this many seconds, like rate() over this range (default: %(default)s)",
         )
         parser.add_argument(
             "--collector.osd.all-debug-levels",
@@ -622,14 +651,25 @@ class OSDCollector(Collector):
             self._note(facts)
             osds.append(facts)
         self._forget({s.path for s in sockets})
-        host = self._update_latency(osds, now)
+        host, host_cpu_per_op = self._update_latency(osds, now)
         return OSDCollectorFacts(
-            self._socket_dir, osds, errors, numa_nodes, host, self._latency_window
+            self._socket_dir,
+            osds,
+            errors,
+            numa_nodes,
+            host,
+            self._latency_window,
+            host_cpu_per_op,
         )
 
-    def _update_latency(self, osds: list[OSDFacts], now: float) -> HostHistograms:
-        """Feed this scrape's histograms to the windows and the pools (under the lock);
-        sets each OSD's quantiles and returns the pooled histograms."""
+    def _update_latency(
+        self, osds: list[OSDFacts], now: float
+    ) -> tuple[HostHistograms, float | None]:
+        """Feed this scrape's histograms and counters to the windows and the pools (under
+        the lock); sets each OSD's quantiles and means, and returns the pooled histograms
+        and the node's CPU seconds per op."""
+        # The node's OSDs' CPU and op increases over their windows, and their op rates.
+        host_cpu = host_ops = host_rate = 0.0
         with self._latency_lock:
             # The exporter's first read: OSDs then bring their whole history into the
             # pools, which start with it. Later, a new OSD's first read is a baseline.
@@ -648,7 +688,7 @@ class OSDCollector(Collector):
                     if o.pid is not None and state.pid is not None and o.pid != state.pid:
                         # Restarted: its counters start over (even if a long gap hid the
                         # drop), so the windows do, and the pool counts it from 0.
-                        state.windows.clear()
+                        state.restart()
                         self._forget_pooled(path)
                         from_zero = True
                     if o.pid is not None:
@@ -681,6 +721,13 @@ class OSDCollector(Collector):
                     if pool is None:
                         pool = self._pools[(op, state.media)] = PooledHistogram()
                     pool.update(path, h.buckets, avg.sum, initial=from_zero)
+                self._update_means(o, state, now)
+                increase = self._update_cpu(o, state, now)
+                if increase is not None:
+                    elapsed, (cpu, ops) = increase
+                    host_cpu += cpu
+                    host_ops += ops
+                    host_rate += ops / elapsed
             # Each pool is a counter of its own: its window sees every scrape, even one
             # where none of its OSDs answered (no ops added).
             for key, pool in self._pools.items():
@@ -690,7 +737,61 @@ class OSDCollector(Collector):
                     if window is None:
                         window = self._pool_windows[key] = LatencyWindow(self._latency_window)
                     window.observe(now, buckets, pool.sum())
-            return self._pooled()
+            host_cpu_per_op = None
+            if host_ops > 0 and host_rate >= MEAN_MIN_RATE:
+                host_cpu_per_op = host_cpu / host_ops
+            return self._pooled(), host_cpu_per_op
+
+    def _update_means(self, o: OSDFacts, state: _LatencyState, now: float) -> None:
+        """Feed the OSD's MEAN_AVGS to its window (the caller holds the lock) and set the
+        means with enough events; an OSD without them (memstore) has no window."""
+        assert o.counters is not None
+        avgs = o.counters.avgs
+        present = 0  # bit i: MEAN_AVGS[i] is in this perf dump
+        values: list[float] = []
+        for i, key in enumerate(MEAN_AVGS):
+            avg = avgs.get(key)
+            if avg is not None:
+                present |= 1 << i
+                values += (avg.sum, avg.count)
+        if not present:
+            state.means, state.mean_mask = None, 0
+            return
+        window = state.means
+        if window is None or present != state.mean_mask:
+            # Another set of counters (a different build): the old reads do not compare.
+            window = state.means = CounterWindow(self._latency_window)
+            state.mean_mask = present
+        window.observe(now, values)
+        j = 0  # the counter pair of MEAN_AVGS[i] in the window
+        for i, key in enumerate(MEAN_AVGS):
+            if present & 1 << i:
+                mean = window.ratio(2 * j, 2 * j + 1, MEAN_MIN_RATE)
+                if mean is not None:
+                    o.latency_means[key] = mean
+                j += 1
+
+    def _update_cpu(
+        self, o: OSDFacts, state: _LatencyState, now: float
+    ) -> tuple[float, tuple[float, ...]] | None:
+        """Feed the process's CPU seconds and the OSD's ops to its window (the caller
+        holds the lock), set its CPU per op, and return the window's increase; None when
+        the process or the op counter was not read in this scrape, or the window has no
+        increase yet."""
+        assert o.counters is not None
+        ops = o.counters.integers.get(OPS_COUNTER)
+        if o.process is None or ops is None:
+            return None
+        window = state.cpu
+        if window is None:
+            window = state.cpu = CounterWindow(self._latency_window)
+        window.observe(now, (o.process.cpu_user_seconds + o.process.cpu_system_seconds, ops))
+        increase = window.increase()
+        if increase is not None:
+            elapsed, (cpu, op_increase) = increase
+            if op_increase > 0 and op_increase / elapsed >= MEAN_MIN_RATE:
+                o.cpu_per_op = cpu / op_increase
+        return increase
 
     def _forget_pooled(self, path: str) -> None:
         for pool in self._pools.values():
@@ -835,7 +936,11 @@ class OSDCollector(Collector):
 
     def metrics(self, facts: OSDCollectorFacts) -> Iterable[Metric]:
         return build_metrics(
-            facts.osds, self._debug_subsystems, facts.host_histograms, facts.latency_window
+            facts.osds,
+            self._debug_subsystems,
+            facts.host_histograms,
+            facts.latency_window,
+            facts.host_cpu_per_op,
         )
 
 
@@ -869,10 +974,12 @@ def build_metrics(
     debug_subsystems: frozenset[str] | None = None,
     host: HostHistograms | None = None,
     window: float = DEFAULT_LATENCY_WINDOW,
+    host_cpu_per_op: float | None = None,
 ) -> list[Metric]:
     """Metric families of one scrape's OSD facts (pure); ``debug_subsystems`` None
     exports every non-zero one, ``host`` are the pooled histograms, ``window`` the
-    seconds behind the quantiles (for their HELP)."""
+    seconds behind the quantiles and means (for their HELP), ``host_cpu_per_op`` the
+    node's CPU seconds per op."""
     success = _family(
         GaugeMetricFamily,
         "scrape_success",
@@ -911,6 +1018,44 @@ def build_metrics(
         f"{LATENCY_MIN_RATE:g} op/s in that window and before the OSD's second read.",
         ["op", "quantile"],
     )
+    over = f"over the last {window:g} s (--collector.osd.latency-window)"
+    floor = f"{MEAN_MIN_RATE:g}"
+    commit_mean = _family(
+        GaugeMetricFamily,
+        "bluestore_commit_latency_mean_seconds",
+        f"Mean BlueStore commit latency (bluestore.commit_lat) {over}: the increase of its "
+        "sum over that of its count, like rate(_sum) / rate(_count) of "
+        f"cephnode_osd_bluestore_commit_latency_seconds; absent below {floor} commit/s in "
+        "that window and before the OSD's second read.",
+        [],
+    )
+    rocksdb_mean = _family(
+        GaugeMetricFamily,
+        "rocksdb_latency_mean_seconds",
+        f"Mean RocksDB latency per stage (get, submit, submit_sync: rocksdb.get_latency, "
+        f"submit_latency, submit_sync_latency) {over}, like rate(_sum) / rate(_count) of "
+        f"cephnode_osd_rocksdb_<stage>_latency_seconds; absent per stage below {floor} "
+        "call/s in that window and before the OSD's second read.",
+        ["stage"],
+    )
+    cpu_per_op = _family(
+        GaugeMetricFamily,
+        "cpu_seconds_per_op",
+        f"CPU seconds of the OSD process (utime + stime) per client op (osd.op, "
+        f"cephnode_osd_ops_total) {over}; absent below {floor} op/s in that window, before "
+        "the second read and when the process was not read.",
+        [],
+    )
+    host_cpu_per_op_family = GaugeMetricFamily(
+        metric_name("osd", "host_cpu_seconds_per_op"),
+        f"CPU seconds per client op of all OSDs of this node together {over}: the sum of "
+        "their processes' CPU increases over the sum of their op increases, each OSD over "
+        "its own window (those whose process was read); like sum(rate(cpu)) / "
+        f"sum(rate(ops)); absent below {floor} op/s summed over the OSDs.",
+        labels=[],
+    )
+    if host_cpu_per_op is not None:
+        host_cpu_per_op_family.add_metric([], host_cpu_per_op)
     summaries = [
         (key, _family(SummaryMetricFamily, suffix, doc, [])) for key, suffix, doc in SUMMARIES
     ]
@@ -926,6 +1071,13 @@ def build_metrics(
         "slow_ops",
         "Ops in flight older than the OSD's osd_op_complaint_time (Ceph's slow ops).",
         [],
+    )
+    slow_by_flag = _family(
+        GaugeMetricFamily,
+        "slow_ops_by_flag_point",
+        "Slow ops (older than osd_op_complaint_time) by the last flag point they reached "
+        "(as ops_in_flight_by_flag_point; only flag points with slow ops are exported).",
+        ["flag_point"],
     )
     oldest = _family(
         GaugeMetricFamily,
@@ -1046,6 +1198,17 @@ def build_metrics(
             hist.add_metric([d, op], buckets, avg.sum)
         for op, value in sorted(o.latency_quantiles.items()):
             quantile.add_metric([d, op, repr(LATENCY_QUANTILE)], value)
+        means = o.latency_means
+        if means:
+            mean = means.get(COMMIT_AVG)
+            if mean is not None:
+                commit_mean.add_metric([d], mean)
+            for stage, key in ROCKSDB_STAGE_AVGS:
+                mean = means.get(key)
+                if mean is not None:
+                    rocksdb_mean.add_metric([d, stage], mean)
+        if o.cpu_per_op is not None:
+            cpu_per_op.add_metric([d], o.cpu_per_op)
         for key, family in summaries:
             avg = o.counters.avgs.get(key)
             if avg is not None:
@@ -1065,6 +1228,9 @@ def build_metrics(
             n = o.ops.by_flag_point.get(flag, 0)
             if n:
                 by_flag.add_metric([d, flag], float(n))
+            n = o.ops.slow_by_flag_point.get(flag, 0)
+            if n:
+                slow_by_flag.add_metric([d, flag], float(n))
         nonzero = 0
         for sub, level in sorted(o.config.debug.items()):
             if level.log or level.gather:
@@ -1108,6 +1274,10 @@ def build_metrics(
         info,
         hist,
         quantile,
+        commit_mean,
+        rocksdb_mean,
+        cpu_per_op,
+        host_cpu_per_op_family,
         *(f for _, f in summaries),
         *(f for _, f in counters),
         *(f for _, f in gauges),
@@ -1115,6 +1285,7 @@ def build_metrics(
         slow,
         oldest,
         by_flag,
+        slow_by_flag,
         debug_info,
         debug_count,
         config,
