@@ -43,6 +43,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -157,11 +158,11 @@ def instant_queries(
 
 def rule_manager(
     work: Path, rule_files: list[Path], data_end: int, seconds: float, interval_s: int
-) -> tuple[dict[str, list[float]], dict[str, int], int, int]:
+) -> tuple[dict[str, list[float]], dict[str, int], int, int, dict[str, tuple[int, int]]]:
     """Run the rule files in a Prometheus on ``work/data`` from ``data_end``; per group the
     evaluation times seen, the rules not healthy at the end, the per-OSD p99 series the
-    rule manager wrote (newer than the data), and the evaluations' first delay after the
-    data's end in seconds."""
+    rule manager wrote (newer than the data), the evaluations' first delay after the
+    data's end in seconds, and per group its evaluations that overlapped another's."""
     paths = []
     for n, src in enumerate(rule_files):
         doc = yaml.safe_load(src.read_text())
@@ -194,7 +195,26 @@ def rule_manager(
         )
     p99 = int(float(fresh[0]["value"][1])) if fresh else 0
     per_group = {g: list(v.values()) for g, v in seen.items()}
-    return per_group, unhealthy, p99, late
+    return per_group, unhealthy, p99, late, overlaps(seen)
+
+
+def _instant(stamp: str) -> float:
+    """Seconds of an RFC 3339 time as Prometheus prints it (nanoseconds cut to micro)."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
+
+
+def overlaps(seen: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]]:
+    """Per group: how many of its evaluations ran while another group's did, of how many.
+    Groups start at fixed offsets in their interval; two that start together contend for
+    the CPUs every time."""
+    spans = {g: [(_instant(t), _instant(t) + d) for t, d in v.items()] for g, v in seen.items()}
+    out = {}
+    for g, mine in spans.items():
+        others = [span for h, v in spans.items() if h != g for span in v]
+        hit = sum(1 for a, b in mine if any(c < b and a < d for c, d in others))
+        out[g] = (hit, len(mine))
+    return out
 
 
 def table(per_group: dict[str, list[float]], sizes: dict[str, int], totals: list[float]) -> None:
@@ -299,7 +319,7 @@ def main() -> int:
             jobs,
             history_only=not args.manager_all_recordings,
         )
-        per_group, unhealthy, p99, late = rule_manager(
+        per_group, unhealthy, p99, late, overlap = rule_manager(
             work / "rm", rule_files, data_end, args.manager_seconds, args.manager_interval
         )
     if not per_group:
@@ -319,6 +339,10 @@ def main() -> int:
     medians = [statistics.median(v) for v in ordered.values()]
     table(ordered, sizes, [sum(medians)])
     print("(all groups: the sum of the groups' p50; max is the same sum)")
+    print(
+        "evaluations that ran while another group's did: "
+        + ", ".join(f"{g} {hit}/{n}" for g, (hit, n) in overlap.items())
+    )
     return 0
 
 
