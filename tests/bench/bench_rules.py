@@ -41,6 +41,7 @@ import re
 import shutil
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 from datetime import datetime
@@ -157,7 +158,12 @@ def instant_queries(
 
 
 def rule_manager(
-    work: Path, rule_files: list[Path], data_end: int, seconds: float, interval_s: int
+    work: Path,
+    rule_files: list[Path],
+    data_end: int,
+    seconds: float,
+    interval_s: int,
+    profile: Path | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, int], int, int, dict[str, tuple[int, int]]]:
     """Run the rule files in a Prometheus on ``work/data`` from ``data_end``; per group the
     evaluation times seen, the rules not healthy at the end, the per-OSD p99 series the
@@ -181,12 +187,24 @@ def rule_manager(
     seen: dict[str, dict[str, float]] = {}
     with R.Prometheus(work / "data", config=config) as prom:
         stop = time.monotonic() + seconds
+        if profile is not None:
+            # A CPU profile of the middle of the run, taken while the polling goes on.
+            span = int(seconds / 2)
+            url = f"{prom.url}/debug/pprof/profile?seconds={span}"
+            fetch = threading.Thread(
+                target=lambda: profile.write_bytes(
+                    urllib.request.urlopen(url, timeout=span + 60).read()
+                )
+            )
+            fetch.start()
         while time.monotonic() < stop:
             for g in get(prom, "/api/v1/rules")["groups"]:
                 if g.get("lastEvaluation", "").startswith("0001"):
                     continue
                 seen.setdefault(g["name"], {})[g["lastEvaluation"]] = g["evaluationTime"]
             time.sleep(1)
+        if profile is not None:
+            fetch.join()
         groups = get(prom, "/api/v1/rules")["groups"]
         unhealthy = {g["name"]: sum(1 for r in g["rules"] if r["health"] != "ok") for g in groups}
         fresh = prom.query(
@@ -250,6 +268,12 @@ def main() -> int:
     )
     ap.add_argument("--rule-files", nargs=2, type=Path, default=RULE_FILES)
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
+    ap.add_argument(
+        "--manager-profile",
+        type=Path,
+        help="write a Go CPU profile of Prometheus during the rule manager run here "
+        "(`go tool pprof -top FILE`)",
+    )
     args = ap.parse_args()
     if not R.tools_present():
         print("prometheus and promtool are needed (Debian package prometheus)", file=sys.stderr)
@@ -320,7 +344,12 @@ def main() -> int:
             history_only=not args.manager_all_recordings,
         )
         per_group, unhealthy, p99, late, overlap = rule_manager(
-            work / "rm", rule_files, data_end, args.manager_seconds, args.manager_interval
+            work / "rm",
+            rule_files,
+            data_end,
+            args.manager_seconds,
+            args.manager_interval,
+            args.manager_profile,
         )
     if not per_group:
         print("the rule manager evaluated no group", file=sys.stderr)
