@@ -16,7 +16,8 @@ own OSDs at a fraction of the cost (docs/performance.md):
 - :class:`CounterWindow` keeps several plain counters of one OSD read together (a time
   average's sum and count, CPU seconds and ops) over the same kind of window and answers
   the ratio of two increases: what ``rate(a[window]) / rate(b[window])`` gives, so a
-  rule reads one mean per OSD instead of two raw counters.
+  rule reads one mean per OSD instead of two raw counters. LatencyWindow keeps its
+  buckets and sum in one.
 
 Pure: no I/O, no clock (callers pass the time), no Prometheus code. The alert tests'
 fleet generator imports this module, so its API stays as it is.
@@ -101,132 +102,6 @@ def _reset(counts: Sequence[float], sum_s: float, old: Sequence[float], old_sum:
     return sum_s < old_sum or any(c < o for c, o in zip(counts, old, strict=True))
 
 
-class LatencyWindow:
-    """One OSD's cumulative histogram of one op type, read after read, over a window.
-
-    The quantile is of the ops between the oldest read still inside the window (the
-    baseline) and the newest: with one read a minute and a 300 s window that is the
-    samples a PromQL ``rate(x[5m])`` works on. A counter reset (the OSD restarted, its
-    counts went down) drops every earlier read; so do bucket edges that change.
-    """
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = float(window_s)
-        self._edges: tuple[float, ...] = ()
-        # (time, cumulative counts, sum), oldest first.
-        self._reads: deque[tuple[float, tuple[float, ...], float]] = deque()
-        # Seconds since the previous read when it was older than the window (so the
-        # quantile has no baseline), else 0: reads too sparse for the window.
-        self.gap_s = 0.0
-
-    def __len__(self) -> int:
-        return len(self._reads)
-
-    def observe(self, now: float, buckets: Buckets, sum_s: float) -> None:
-        """Record one read taken at ``now`` (seconds, any monotonic clock)."""
-        edges = tuple(float(e) for e, _ in buckets)
-        counts = tuple(float(c) for _, c in buckets)
-        if edges != self._edges:
-            self._reads.clear()
-            self._edges = edges
-        elif self._reads:
-            _, last, last_sum = self._reads[-1]
-            if _reset(counts, sum_s, last, last_sum):
-                self._reads.clear()
-        previous = self._reads[-1][0] if self._reads else None
-        self._reads.append((now, counts, float(sum_s)))
-        while now - self._reads[0][0] > self.window_s:
-            self._reads.popleft()
-        gap = 0.0 if previous is None else now - previous
-        self.gap_s = gap if gap > self.window_s else 0.0
-
-    def quantile(self, q: float, min_rate: float = 1.0) -> float | None:
-        """The ``q`` quantile of the ops between the baseline and the newest read.
-
-        None with a single read, no time between the two, or fewer than ``min_rate`` ops
-        per second in between (a p99 of a handful of ops says nothing).
-        """
-        if len(self._reads) < 2:
-            return None
-        t0, base, _ = self._reads[0]
-        t1, last, _ = self._reads[-1]
-        elapsed = t1 - t0
-        if elapsed <= 0:
-            return None
-        increase = [c - b for c, b in zip(last, base, strict=True)]
-        if increase[-1] / elapsed < min_rate:
-            return None
-        return histogram_quantile(q, list(zip(self._edges, increase, strict=True)))
-
-
-class PooledHistogram:
-    """Several OSDs' cumulative histograms (one op type, one media) pooled into one.
-
-    Each read adds the OSD's increase since its previous read; a counter reset counts
-    from 0, as ``rate()`` does. An OSD seen for the first time adds its whole count only
-    when ``initial`` (the exporter's first read, when the pool starts too); otherwise
-    that read is only its baseline, so an OSD created, or back after a long outage, does
-    not add its lifetime's ops in one scrape. A forgotten OSD's past ops stay. The pool
-    only grows, so ``rate()`` of it is the sum of the OSDs' rates.
-    """
-
-    def __init__(self) -> None:
-        self._edges: tuple[float, ...] = ()
-        self._counts: list[float] = []
-        self._sum = 0.0
-        self._last: dict[str, tuple[tuple[float, ...], float]] = {}
-        self._warned: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._last
-
-    def update(self, key: str, buckets: Buckets, sum_s: float, initial: bool) -> None:
-        """Fold in one read of the OSD ``key`` (its admin socket path)."""
-        edges = tuple(float(e) for e, _ in buckets)
-        counts = tuple(float(c) for _, c in buckets)
-        if not self._edges:
-            self._edges = edges
-            self._counts = [0.0] * len(edges)
-        elif edges != self._edges:
-            # Ceph's axis is fixed (docs/metrics.md), so this is a different build or a
-            # parser change: skip the OSD rather than mix incompatible buckets.
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning(
-                    "OSD histogram edges differ from the pool's: not pooled",
-                    extra=kv(key=key, edges=len(edges), pool_edges=len(self._edges)),
-                )
-            return
-        previous = self._last.get(key)
-        self._last[key] = (counts, float(sum_s))
-        if previous is None:
-            if not initial:
-                return
-            add, add_sum = counts, float(sum_s)
-        elif _reset(counts, sum_s, *previous):
-            add, add_sum = counts, float(sum_s)
-        else:
-            old, old_sum = previous
-            add = tuple(c - o for c, o in zip(counts, old, strict=True))
-            add_sum = float(sum_s) - old_sum
-        for i, n in enumerate(add):
-            self._counts[i] += n
-        self._sum += add_sum
-
-    def forget(self, key: str) -> None:
-        """The OSD is gone (its socket vanished): its ops so far stay in the pool."""
-        self._last.pop(key, None)
-        self._warned.discard(key)
-
-    def buckets(self) -> list[tuple[float, float]]:
-        """The pooled cumulative ``(edge, count)`` buckets; empty before any read."""
-        return list(zip(self._edges, self._counts, strict=True))
-
-    def sum(self) -> float:
-        """The pooled sum of latencies, seconds."""
-        return self._sum
-
-
 class CounterWindow:
     """Several cumulative counters of one OSD, read together, over a sliding window.
 
@@ -303,3 +178,123 @@ class CounterWindow:
         if events <= 0 or events / elapsed < min_rate:
             return None
         return float(last[num] - base[num]) / events
+
+
+class LatencyWindow:
+    """One OSD's cumulative histogram of one op type, read after read, over a window.
+
+    The quantile is of the ops between the oldest read still inside the window (the
+    baseline) and the newest: with one read a minute and a 300 s window that is the
+    samples a PromQL ``rate(x[5m])`` works on. The buckets and the sum are the counters
+    of a :class:`CounterWindow`, so a counter reset (the OSD restarted, its counts went
+    down) drops every earlier read; so do bucket edges that change.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self._edges: tuple[float, ...] = ()
+        # One read: the cumulative bucket counts, then the sum.
+        self._counters = CounterWindow(window_s)
+
+    @property
+    def window_s(self) -> float:
+        return self._counters.window_s
+
+    @property
+    def gap_s(self) -> float:
+        """Seconds since the previous read when it was older than the window (so the
+        quantile has no baseline), else 0: reads too sparse for the window."""
+        return self._counters.gap_s
+
+    def __len__(self) -> int:
+        return len(self._counters)
+
+    def observe(self, now: float, buckets: Buckets, sum_s: float) -> None:
+        """Record one read taken at ``now`` (seconds, any monotonic clock)."""
+        edges = tuple(float(e) for e, _ in buckets)
+        if edges != self._edges:
+            self._counters = CounterWindow(self._counters.window_s)
+            self._edges = edges
+        self._counters.observe(now, (*(float(c) for _, c in buckets), float(sum_s)))
+
+    def quantile(self, q: float, min_rate: float = 1.0) -> float | None:
+        """The ``q`` quantile of the ops between the baseline and the newest read.
+
+        None with a single read, no time between the two, or fewer than ``min_rate`` ops
+        per second in between (a p99 of a handful of ops says nothing).
+        """
+        increase = self._counters.increase()
+        if increase is None:
+            return None
+        elapsed, values = increase
+        counts = values[:-1]
+        if counts[-1] / elapsed < min_rate:
+            return None
+        return histogram_quantile(q, list(zip(self._edges, counts, strict=True)))
+
+
+class PooledHistogram:
+    """Several OSDs' cumulative histograms (one op type, one media) pooled into one.
+
+    Each read adds the OSD's increase since its previous read; a counter reset counts
+    from 0, as ``rate()`` does. An OSD seen for the first time adds its whole count only
+    when ``initial`` (the exporter's first read, when the pool starts too); otherwise
+    that read is only its baseline, so an OSD created, or back after a long outage, does
+    not add its lifetime's ops in one scrape. A forgotten OSD's past ops stay. The pool
+    only grows, so ``rate()`` of it is the sum of the OSDs' rates.
+    """
+
+    def __init__(self) -> None:
+        self._edges: tuple[float, ...] = ()
+        self._counts: list[float] = []
+        self._sum = 0.0
+        self._last: dict[str, tuple[tuple[float, ...], float]] = {}
+        self._warned: set[str] = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._last
+
+    def update(self, key: str, buckets: Buckets, sum_s: float, initial: bool) -> None:
+        """Fold in one read of the OSD ``key`` (its admin socket path)."""
+        edges = tuple(float(e) for e, _ in buckets)
+        counts = tuple(float(c) for _, c in buckets)
+        if not self._edges:
+            self._edges = edges
+            self._counts = [0.0] * len(edges)
+        elif edges != self._edges:
+            # Ceph's axis is fixed (docs/metrics.md), so this is a different build or a
+            # parser change: skip the OSD rather than mix incompatible buckets.
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning(
+                    "OSD histogram edges differ from the pool's: not pooled",
+                    extra=kv(key=key, edges=len(edges), pool_edges=len(self._edges)),
+                )
+            return
+        previous = self._last.get(key)
+        self._last[key] = (counts, float(sum_s))
+        if previous is None:
+            if not initial:
+                return
+            add, add_sum = counts, float(sum_s)
+        elif _reset(counts, sum_s, *previous):
+            add, add_sum = counts, float(sum_s)
+        else:
+            old, old_sum = previous
+            add = tuple(c - o for c, o in zip(counts, old, strict=True))
+            add_sum = float(sum_s) - old_sum
+        for i, n in enumerate(add):
+            self._counts[i] += n
+        self._sum += add_sum
+
+    def forget(self, key: str) -> None:
+        """The OSD is gone (its socket vanished): its ops so far stay in the pool."""
+        self._last.pop(key, None)
+        self._warned.discard(key)
+
+    def buckets(self) -> list[tuple[float, float]]:
+        """The pooled cumulative ``(edge, count)`` buckets; empty before any read."""
+        return list(zip(self._edges, self._counts, strict=True))
+
+    def sum(self) -> float:
+        """The pooled sum of latencies, seconds."""
+        return self._sum

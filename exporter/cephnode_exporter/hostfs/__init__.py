@@ -185,7 +185,9 @@ class AttrFiles:
 
     def close_under(self, prefix: str, keep: frozenset[str] | set[str] = frozenset()) -> None:
         """Close the files under ``prefix`` except those in ``keep``."""
-        for path in [p for p in self._fds if p.startswith(prefix) and p not in keep]:
+        with self._lock:  # another thread's open may add to the table meanwhile
+            paths = [p for p in self._fds if p.startswith(prefix) and p not in keep]
+        for path in paths:
             self.close(path)
 
     def close_all(self) -> None:
