@@ -513,6 +513,14 @@ OP_VAR = custom_variable(
     ["write", "read", "readwrite"],
     "Client op type of the OSD latency histograms.",
 )
+# The fleet compares OSDs on reads and writes only (alerts/cephnode-rules.yml: an OSD's
+# read-modify-write p99 says where the object-class targets are placed).
+FLEET_OP_VAR = custom_variable(
+    "op",
+    "Op type",
+    ["write", "read"],
+    "Client op type the fleet compares OSDs on (read-modify-write ops: node dashboard).",
+)
 
 
 # ----------------------------------------------------------------------------- dashboard
@@ -644,7 +652,7 @@ def fleet() -> dict[str, Any]:
                 "Hosts whose exporter found OSD admin sockets (answering or not). Fewer "
                 "than the cluster's OSD hosts: an exporter is down or cannot see "
                 "/var/run/ceph (see Scrape health).",
-                [target("count(instance:cephnode_osd_scrape_success:count{<FLEET>})")],
+                [target("count(instance:cephnode_osd_sockets:max1h{<FLEET>})")],
             ),
             stat(
                 "Nodes failing a check",
@@ -1022,7 +1030,7 @@ def fleet() -> dict[str, Any]:
     )
     variables = [
         CLUSTER_VAR,
-        OP_VAR,
+        FLEET_OP_VAR,
         query_variable(
             "device_class",
             "Device class",
@@ -1571,23 +1579,26 @@ def node() -> dict[str, Any]:
         [
             timeseries(
                 "p99 and p50 $op latency per OSD",
-                "Each OSD's p99 (recorded) and p50 (dashed, computed here from the node's "
-                "own buckets: no alert needs it fleet-wide), against the fleet median of the "
-                "OSDs' p99 (white, dashed). All OSDs of the node above the fleet: the host "
+                "Each OSD's p99 (the exporter's) and p50 (dashed, computed here from the "
+                "node's own buckets: no alert needs it fleet-wide), against the fleet median "
+                "of the OSDs' p99 (white, dashed; reads and writes only: the fleet does not "
+                "compare read-modify-write ops). All OSDs of the node above the fleet: the host "
                 "is detuned; one OSD above: its drive, link or shard threads.",
                 [
+                    # The exporter's p99: read-modify-write ops too, which the fleet
+                    # rules leave out.
                     target(
-                        "ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<OSDS>, "
-                        'op="$op"}',
+                        'cephnode_osd_op_latency_quantile_seconds{<OSDS>, op="$op", '
+                        'quantile="0.99"}',
                         "{{ceph_daemon}} p99",
                     ),
-                    # Where the recorded p99 exists: at least 1 op/s, as for the p99.
+                    # Where the p99 exists: at least 1 op/s, as for the p99.
                     target(
                         "histogram_quantile(0.5, sum by (ceph_daemon, le) (rate("
                         'cephnode_osd_op_latency_seconds_bucket{<OSDS>, op="$op"}[5m])))'
                         " and on (ceph_daemon) "
-                        "ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<OSDS>, "
-                        'op="$op"}',
+                        'cephnode_osd_op_latency_quantile_seconds{<OSDS>, op="$op", '
+                        'quantile="0.99"}',
                         "{{ceph_daemon}} p50",
                     ),
                     target(
@@ -1645,12 +1656,13 @@ def node() -> dict[str, Any]:
             timeseries(
                 "RocksDB call latency per OSD",
                 "Mean RocksDB get, submit and submit_sync (WAL-synced) latency per OSD "
-                "(recorded), against the fleet median per stage (white, dashed). All three slower "
-                "than the fleet on every OSD: the RocksDB build (osd.rocksdb_build, "
-                "bottleneck 3 of the reference cluster).",
+                "(the exporter's), against the fleet median of get and submit (white, "
+                "dashed; submit_sync waits for the DB device, which the commit latency "
+                "compares). get and submit slower than the fleet on every OSD: the RocksDB "
+                "build (osd.rocksdb_build, bottleneck 3 of the reference cluster).",
                 [
                     target(
-                        "ceph_daemon_stage:cephnode_osd_rocksdb_latency_seconds:mean5m{<OSDS>}",
+                        "cephnode_osd_rocksdb_latency_mean_seconds{<OSDS>}",
                         "{{ceph_daemon}} {{stage}}",
                     ),
                     target(

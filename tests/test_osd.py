@@ -700,14 +700,21 @@ def test_sockets_come_and_go(node_trees: dict[str, Tree], fake_node: FakeNode) -
     flags = [*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
     c = collect(flags)
     assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1.0
-    assert not any(k[0].startswith("cephnode_osd_") for k in samples(c))
+    assert [k for k in samples(c) if k[0].startswith("cephnode_osd_")] == [
+        ("cephnode_osd_sockets", frozenset())
+    ]
+    assert value(c, "cephnode_osd_sockets") == 0
     fake_node.add(7, recorded_osd("memstore"))
-    assert value(collect(flags), "cephnode_osd_scrape_success", ceph_daemon="osd.7") == 1
+    c = collect(flags)
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.7") == 1
+    assert value(c, "cephnode_osd_sockets") == 1
     fake_node.remove(7)
     fake_node.add(8, recorded_osd("memstore"))
+    fake_node.add(9, recorded_osd("memstore"))
     c = collect(flags)
     assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.7") is None
     assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.8") == 1
+    assert value(c, "cephnode_osd_sockets") == 2
 
 
 def test_node_without_ceph(node_trees: dict[str, Tree], tmp_path: Path) -> None:
@@ -715,7 +722,8 @@ def test_node_without_ceph(node_trees: dict[str, Tree], tmp_path: Path) -> None:
     tree = node_trees["epyc9454p-tuned"]
     c = collect([*tree.flags, f"--ceph.socket-dir={tmp_path / 'none'}", *ONLY_OSD])
     assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1.0
-    assert not any(k[0].startswith("cephnode_osd_") for k in samples(c))
+    osd = [(k, v) for k, v in samples(c).items() if k[0].startswith("cephnode_osd_")]
+    assert osd == [(("cephnode_osd_sockets", frozenset()), 0.0)]
     results = [r for r in c.results if r.check == "osd.debug_levels"]
     assert [(r.status, r.observed) for r in results] == [("skip", "no OSD on this node")]
 

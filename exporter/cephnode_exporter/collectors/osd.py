@@ -607,7 +607,7 @@ class OSDCollector(Collector):
         except DiscoveryError as exc:
             if "no such directory" not in str(exc):
                 raise
-            # No Ceph on this node (or not yet): a success with no OSD series.
+            # No Ceph on this node (or not yet): a success; its only OSD series is sockets 0.
             if not self._dir_missing_logged:
                 log.info("no Ceph socket directory", extra=kv(path=self._socket_dir))
                 self._dir_missing_logged = True
@@ -980,6 +980,15 @@ def build_metrics(
     exports every non-zero one, ``host`` are the pooled histograms, ``window`` the
     seconds behind the quantiles and means (for their HELP), ``host_cpu_per_op`` the
     node's CPU seconds per op."""
+    # One series per node: what the alerts' "this host runs OSDs" reads, instead of
+    # counting every OSD's scrape_success series over an hour.
+    sockets = GaugeMetricFamily(
+        metric_name("osd", "sockets"),
+        "OSD admin sockets found on this node in this scrape, answering or not (0 without "
+        "a Ceph socket directory).",
+        labels=[],
+    )
+    sockets.add_metric([], float(len(osds)))
     success = _family(
         GaugeMetricFamily,
         "scrape_success",
@@ -1269,6 +1278,7 @@ def build_metrics(
                     device.add_metric([d, disk.name, controller], 1.0)
 
     return [
+        sockets,
         success,
         duration,
         info,
