@@ -328,17 +328,21 @@ def test_version_and_help() -> None:
 
 
 def test_fact_hash_counts_the_osds_as_a_set() -> None:
-    """osd_info: an added OSD or one missing from a scrape is no change; a new version on
-    one OSD is (the hash leaves ceph_daemon out)."""
+    """osd_info: an added OSD, one missing from a scrape or one with a value not read in
+    it is no change; a new version or allocator on one OSD is (the hash leaves
+    ceph_daemon out)."""
     from cephnode_exporter.scrape import Collection
     from prometheus_client.core import GaugeMetricFamily
 
-    def fact_hash(osds: dict[str, str]) -> float | None:
+    def fact_hash(osds: dict[str, str], allocator: dict[str, str] | None = None) -> float | None:
         info = GaugeMetricFamily(
-            "cephnode_osd_info", "", labels=["ceph_daemon", "version", "objectstore"]
+            "cephnode_osd_info",
+            "",
+            labels=["ceph_daemon", "version", "objectstore", "allocator"],
         )
         for daemon, version in osds.items():
-            info.add_metric([daemon, version, "bluestore"], 1.0)
+            alloc = (allocator or {}).get(daemon, "tcmalloc")
+            info.add_metric([daemon, version, "bluestore", alloc], 1.0)
         other = GaugeMetricFamily("cephnode_osd_slow_ops", "", labels=["ceph_daemon"])
         other.add_metric(["osd.0"], 3.0)
         hashes = Collection._fact_hashes([info, other] if osds else [other])
@@ -350,3 +354,8 @@ def test_fact_hash_counts_the_osds_as_a_set() -> None:
     assert fact_hash({"osd.1": "17.2.7"}) == base
     assert fact_hash({"osd.0": "17.2.8", "osd.1": "17.2.7"}) != base
     assert fact_hash({}) is None  # no series, no hash: a failed read is no change
+    # A value not read this scrape (process unreadable, no version yet): as if missing.
+    assert fact_hash({"osd.0": "17.2.7", "osd.1": "17.2.7"}, {"osd.1": ""}) == base
+    assert fact_hash({"osd.0": "17.2.7", "osd.1": ""}) == base
+    # A read value that differs is a change.
+    assert fact_hash({"osd.0": "17.2.7", "osd.1": "17.2.7"}, {"osd.1": "libc"}) != base

@@ -636,7 +636,9 @@ def test_malformed_entries_count_as_read_errors(
 def test_garbage_reply_fails_the_collector(node_trees: dict[str, Tree]) -> None:
     c = pgs_collection(node_trees["epyc9454p-tuned"], b'{"pg_stats": {}}')
     assert value(c, "cephnode_scrape_collector_success", collector="pgs") == 0
-    assert not [k for k in samples(c) if k[0].startswith(("cephnode_pgs_", "cephnode_osd_"))]
+    # The pgs collector's families: cephnode_pgs_* and cephnode_osd_laggy_pgs.
+    ours = ("cephnode_pgs_", "cephnode_osd_laggy_pgs")
+    assert not [k for k in samples(c) if k[0].startswith(ours)]
     error = next(o.error for o in c.outcomes if o.name == "pgs")
     assert error == "PGParseError: pg_stats is not an array (at offset 13)"
 

@@ -53,6 +53,10 @@ TUNING_FACTS = (
     "nvme_controller_info",
     "osd_info",
 )
+# Families whose empty label values mean "not read this scrape" (an OSD's version before
+# it answered, its allocator while its process was unreadable): such a series counts as
+# missing from the set, not as a changed fact.
+UNREAD_IS_EMPTY = frozenset({"osd_info"})
 
 
 def state_hash(items: Iterable[tuple[str, ...]]) -> float:
@@ -103,7 +107,8 @@ class Collection:
     def _fact_hashes(families: list[Metric]) -> Metric:
         """One hash per TUNING_FACTS family present. ``ceph_daemon`` is left out: the
         OSDs' facts count as a set (a new version on one OSD shows, an OSD that missed a
-        scrape or was added does not). A family absent in this scrape (its collector
+        scrape or was added does not), and an OSD with a value not read in this scrape
+        (UNREAD_IS_EMPTY) counts as missing. A family absent in this scrape (its collector
         failed, or the node has no such fact) has no hash, so a failed read is no change."""
         facts = GaugeMetricFamily(
             metric_name("tuning_fact_hash"),
@@ -116,9 +121,11 @@ class Collection:
             fact = wanted.get(family.name)
             if fact is None:
                 continue
+            partial = fact in UNREAD_IS_EMPTY
             items = (
                 tuple(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "ceph_daemon")
                 for s in family.samples
+                if not (partial and "" in s.labels.values())
             )
             facts.add_metric([fact], state_hash(items))
         return facts
