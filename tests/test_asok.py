@@ -59,8 +59,6 @@ class FakeServer:
         self.handler = handler
         self.requests: list[bytes] = []
         self.accepted = 0
-        self.active = 0
-        self.max_active = 0
         self.stop = threading.Event()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -85,8 +83,6 @@ class FakeServer:
 
     def _serve(self, conn: socket.socket) -> None:
         self.accepted += 1
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
         try:
             conn.settimeout(5)
             request = b""
@@ -101,7 +97,6 @@ class FakeServer:
         except OSError:
             pass  # the client gave up and closed: expected in the hostile cases
         finally:
-            self.active -= 1
             conn.close()
 
     def close(self) -> None:
@@ -376,8 +371,19 @@ def test_a_command_records_its_peer_pid(short_dir: Path) -> None:
 
 
 def test_one_request_at_a_time_per_socket(serve: Callable[..., FakeServer]) -> None:
+    # Requests in the handler at once, counted between reading a request and sending its
+    # reply: the server's own count ends after the reply, when the next client may
+    # already be connected.
+    busy = [0, 0]  # now, most
+    guard = threading.Lock()
+
     def slow(conn: socket.socket, request: bytes, stop: threading.Event) -> None:
+        with guard:
+            busy[0] += 1
+            busy[1] = max(busy[1], busy[0])
         time.sleep(0.1)
+        with guard:
+            busy[0] -= 1
         conn.sendall(reply(b"{}"))
 
     server = serve(slow)
@@ -393,7 +399,7 @@ def test_one_request_at_a_time_per_socket(serve: Callable[..., FakeServer]) -> N
         t.join()
     assert results == [{}] * 4
     assert server.accepted == 4
-    assert server.max_active == 1
+    assert busy[1] == 1
 
 
 def test_a_request_queued_behind_a_hung_one_keeps_its_own_deadline(
