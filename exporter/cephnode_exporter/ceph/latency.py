@@ -130,13 +130,8 @@ class CounterWindow:
         previous = None
         if reads:
             previous, last = reads[-1]
-            if len(last) != len(current):
+            if len(last) != len(current) or any(v < o for v, o in zip(current, last, strict=True)):
                 reads.clear()
-            else:
-                for v, old in zip(current, last, strict=True):
-                    if v < old:
-                        reads.clear()
-                        break
         reads.append((now, current))
         while now - reads[0][0] > self.window_s:
             reads.popleft()

@@ -786,12 +786,8 @@ class OSDCollector(Collector):
         if window is None:
             window = state.cpu = CounterWindow(self._latency_window)
         window.observe(now, (o.process.cpu_user_seconds + o.process.cpu_system_seconds, ops))
-        increase = window.increase()
-        if increase is not None:
-            elapsed, (cpu, op_increase) = increase
-            if op_increase > 0 and op_increase / elapsed >= MEAN_MIN_RATE:
-                o.cpu_per_op = cpu / op_increase
-        return increase
+        o.cpu_per_op = window.ratio(0, 1, MEAN_MIN_RATE)
+        return window.increase()
 
     def _forget_pooled(self, path: str) -> None:
         for pool in self._pools.values():
