@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import errno
+import ipaddress
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import pytest
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.devices import NetInterface, SysfsDevices
-from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
+from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors, inet
 from cephnode_exporter.hostfs import net as hostnet
 from cephnode_exporter.hostfs.ethtool import (
     ETHTOOL_GRINGPARAM,
@@ -522,19 +523,22 @@ def test_net_checks_on_the_reference_nodes(node_trees: dict[str, Tree], node: st
         ("net.rings", "ens1f0np0"): "pass",
         ("net.rings", "ens1f1np1"): detuned,
     }
+    host = 12 if node.endswith("detuned") else 11
+    public, cluster = f"Ceph 10.10.0.{host}", f"Ceph 10.20.0.{host}"
     ok = results[("net.rings", "ens1f0np0")]
-    assert ok["observed"] == "rx 8192/8192, tx 8192/8192 (link up, 100 Gb/s)"
+    assert ok["observed"] == f"rx 8192/8192, tx 8192/8192 (link up, 100 Gb/s; {public})"
     assert ok["expected"] == "rx and tx rings at the driver's maximum"
     assert ok["hint"] == ""
-    assert results[("net.mtu", "ens1f0np0")]["observed"] == "MTU 9000 (link up, 100 Gb/s)"
+    mtu = results[("net.mtu", "ens1f0np0")]
+    assert mtu["observed"] == f"MTU 9000 (link up, 100 Gb/s; {public})"
     if node.endswith("detuned"):
         mtu = results[("net.mtu", "ens1f1np1")]
-        assert mtu["observed"] == "MTU 1500 (link up, 100 Gb/s)"
+        assert mtu["observed"] == f"MTU 1500 (link up, 100 Gb/s; {cluster})"
         assert mtu["expected"] == "MTU at least 9000"
         assert mtu["hint"].startswith("ip link set dev ens1f1np1 mtu 9000; to persist it:")
         assert "MTUBytes=9000" in mtu["hint"] and "802-3-ethernet.mtu 9000" in mtu["hint"]
         rings = results[("net.rings", "ens1f1np1")]
-        assert rings["observed"] == "rx 1024/8192, tx 1024/8192 (link up, 100 Gb/s)"
+        assert rings["observed"] == f"rx 1024/8192, tx 1024/8192 (link up, 100 Gb/s; {cluster})"
         assert rings["hint"].startswith("ethtool -G ens1f1np1 rx 8192 tx 8192; to persist it:")
         assert 'RUN+="/usr/sbin/ethtool -G ens1f1np1 rx 8192 tx 8192"' in rings["hint"]
         assert "RxBufferSize=8192 / TxBufferSize=8192" in rings["hint"]
@@ -926,6 +930,449 @@ def test_only_network_discovery_errors_are_counted() -> None:
     assert not _is_net_error("/sys/class/block: Permission denied")
 
 
+# --- Ceph ports: which ports the default selection judges ------------------------------
+
+# A storage node as the issue describes it: a 1 GbE management port (the board's LOM,
+# tg3) at MTU 1500 with the default route, and two 100 GbE ports for the public and
+# the cluster network.
+PUBLIC, CLUSTER = "10.10.0.12", "10.20.0.12"
+CEPH_LISTEN = [
+    "0.0.0.0:22",  # sshd on every address: not a Ceph port
+    "127.0.0.1:6800",  # loopback never counts
+    f"{PUBLIC}:6800",
+    f"{PUBLIC}:6801",
+    f"{CLUSTER}:6802",
+    f"{CLUSTER}:6803",
+    f"{PUBLIC}:3300",  # a monitor
+]
+SKIPPED_MGMT = (
+    "MTU 1500 (link up, 1 Gb/s): no Ceph address on this port "
+    f"(Ceph: {PUBLIC} on ens1f0np0, {CLUSTER} on ens1f1np1): not judged"
+)
+
+
+def mgmt_port(**extra: Any) -> dict[str, Any]:
+    spec = port(
+        "eno1",
+        0,
+        driver="tg3",
+        speed=1000,
+        mtu=1500,
+        rings={"rx": 200, "tx": 511, "rx_max": 511, "tx_max": 511},
+        addresses=["192.168.10.12/24"],
+        gateway="192.168.10.1",
+    )
+    spec["pci"] = "pci0000:c0/0000:c0:08.1/0000:c1:00.0"
+    spec.update(extra)
+    return spec
+
+
+def ceph_node(
+    listen: list[str] | None = None, ports: tuple[int, int] = (9000, 9000)
+) -> dict[str, Any]:
+    interfaces = [
+        mgmt_port(),
+        port("ens1f0np0", 0, mtu=ports[0], addresses=[f"{PUBLIC}/24"]),
+        port("ens1f1np1", 1, mtu=ports[1], addresses=[f"{CLUSTER}/24"]),
+        {"name": "lo", "virtual": True, "kind": "loopback", "mtu": 65536, "operstate": "unknown"},
+    ]
+    desc = small(interfaces=interfaces)
+    desc["net"]["listen"] = CEPH_LISTEN if listen is None else listen
+    return desc
+
+
+def net_results(tree: Tree, *extra: str) -> tuple[int, dict[tuple[str, str], tuple[str, str]]]:
+    code, results = check_results(tree, *only_net(), *extra)
+    return code, {
+        k: (r["status"], r["observed"]) for k, r in results.items() if k[0].startswith("net.")
+    }
+
+
+def test_a_management_port_without_ceph_address_is_not_judged(make_tree: MakeTree) -> None:
+    tree = make_tree(ceph_node())
+    result = collect([*tree.flags, *only_net()])
+    assert net_outcome(result).read_errors == 0
+    ceph = net_outcome(result).facts.ceph
+    assert ceph.error is None
+    assert [str(lst) for lst in ceph.listeners] == [
+        f"{PUBLIC}:3300",
+        f"{PUBLIC}:6800",
+        f"{PUBLIC}:6801",
+        f"{CLUSTER}:6802",
+        f"{CLUSTER}:6803",
+    ]
+    assert ceph.interfaces == {PUBLIC: ("ens1f0np0",), CLUSTER: ("ens1f1np1",)}
+    # still exported: the selection is the checks' business
+    assert devices_seen(result) == {"eno1", *PORTS}
+    code, results = net_results(tree)
+    assert code == 0
+    assert results == {
+        ("net.mtu", "eno1"): ("skip", SKIPPED_MGMT),
+        ("net.mtu", "ens1f0np0"): ("pass", f"MTU 9000 (link up, 100 Gb/s; Ceph {PUBLIC})"),
+        ("net.mtu", "ens1f1np1"): ("pass", f"MTU 9000 (link up, 100 Gb/s; Ceph {CLUSTER})"),
+        ("net.rings", "eno1"): ("skip", SKIPPED_MGMT.replace("MTU 1500", "rx 200/511, tx 511/511")),
+        ("net.rings", "ens1f0np0"): (
+            "pass",
+            f"rx 8192/8192, tx 8192/8192 (link up, 100 Gb/s; Ceph {PUBLIC})",
+        ),
+        ("net.rings", "ens1f1np1"): (
+            "pass",
+            f"rx 8192/8192, tx 8192/8192 (link up, 100 Gb/s; Ceph {CLUSTER})",
+        ),
+    }
+    # no series for a skipped port, so CephNodeNetworkMTU cannot fire on it
+    assert value(result, "cephnode_tuning_check_warning", check="net.mtu", subject="eno1") is None
+
+
+def test_a_ceph_port_at_1500_is_judged(make_tree: MakeTree, tmp_path: Path) -> None:
+    tree = make_tree(ceph_node(ports=(9000, 1500)))
+    _, results = net_results(tree)
+    assert results[("net.mtu", "ens1f1np1")] == (
+        "warn",
+        f"MTU 1500 (link up, 100 Gb/s; Ceph {CLUSTER})",
+    )
+    assert results[("net.mtu", "eno1")][0] == "skip"
+    profile = write_profile(tmp_path, "checks:\n  net.mtu: {severity: fail}\n")
+    code, results = net_results(tree, "--profile", profile)
+    assert code == 1
+    assert {k[1]: r[0] for k, r in results.items() if k[0] == "net.mtu"} == {
+        "eno1": "skip",
+        "ens1f0np0": "pass",
+        "ens1f1np1": "fail",
+    }
+
+
+def test_the_profile_still_judges_the_interfaces_it_names(
+    make_tree: MakeTree, tmp_path: Path
+) -> None:
+    tree = make_tree(ceph_node())
+    profile = write_profile(tmp_path, 'checks:\n  net.mtu: {interfaces: "eno1|ens1f0np0"}\n')
+    _, results = net_results(tree, "--profile", profile)
+    assert results[("net.mtu", "eno1")] == ("warn", "MTU 1500 (link up, 1 Gb/s)")
+    assert results[("net.mtu", "ens1f0np0")] == ("pass", "MTU 9000 (link up, 100 Gb/s)")
+    assert ("net.mtu", "ens1f1np1") not in results
+
+
+def bonded_ceph(vlan_mtu: int = 9000) -> dict[str, Any]:
+    """Both 100 GbE ports in bond0; the public network on the VLAN bond0.100, the
+    cluster network on bond0 itself; the management port beside them."""
+    interfaces = [
+        mgmt_port(),
+        port("ens1f0np0", 0, master="bond0"),
+        port("ens1f1np1", 1, master="bond0", mtu=1500, rings=dict(STOCK)),
+        {
+            "name": "bond0",
+            "virtual": True,
+            "kind": "bond",
+            "mtu": 9000,
+            "speed": 200000,
+            "addresses": [f"{CLUSTER}/24"],
+        },
+        {
+            "name": "bond0.100",
+            "virtual": True,
+            "kind": "vlan",
+            "link": "bond0",
+            "mtu": vlan_mtu,
+            "addresses": [f"{PUBLIC}/24"],
+        },
+    ]
+    desc = small(interfaces=interfaces)
+    desc["net"]["listen"] = CEPH_LISTEN
+    return desc
+
+
+def test_a_ceph_address_on_a_vlan_of_a_bond_judges_the_slaves(make_tree: MakeTree) -> None:
+    tree = make_tree(bonded_ceph())
+    assert os.readlink(tree.sys / "class/net/bond0.100/lower_bond0") == "../bond0"
+    facts = net_outcome(collect([*tree.flags, *only_net()])).facts
+    assert facts.interfaces["bond0.100"].lower == ("bond0",)
+    assert facts.interfaces["bond0"].lower == PORTS
+    assert facts.interfaces["ens1f0np0"].lower == ()  # not read for ports
+    assert facts.ceph.interfaces == {PUBLIC: ("bond0.100",), CLUSTER: ("bond0",)}
+    _, results = net_results(tree)
+    carried = f"Ceph {PUBLIC} on bond0.100, {CLUSTER} on bond0"
+    assert results[("net.mtu", "ens1f0np0")] == ("pass", f"MTU 9000 (link up, 100 Gb/s; {carried})")
+    assert results[("net.mtu", "ens1f1np1")] == ("warn", f"MTU 1500 (link up, 100 Gb/s; {carried})")
+    assert results[("net.rings", "ens1f1np1")][0] == "warn"
+    mgmt = results[("net.mtu", "eno1")]
+    assert mgmt == (
+        "skip",
+        "MTU 1500 (link up, 1 Gb/s): no Ceph address on this port "
+        f"(Ceph: {PUBLIC} on bond0.100, {CLUSTER} on bond0): not judged",
+    )
+    # the bond and its VLAN are not subjects of the default selection
+    assert {k[1] for k in results if k[0] == "net.mtu"} == {"eno1", *PORTS}
+
+
+def test_an_ipv6_ceph_address_and_a_vlan_on_a_port(make_tree: MakeTree) -> None:
+    interfaces = [
+        mgmt_port(addresses=["192.168.10.12/24", "fd00:99::12/64"]),
+        port("ens1f0np0", 0, addresses=["fd00:10::12/64", "fe80::e42:a1ff:fe3c:8e50/64"]),
+        port("ens1f1np1", 1, mtu=1500),
+        {"name": "ens1f1np1.20", "virtual": True, "kind": "vlan", "link": "ens1f1np1",
+         "mtu": 9000, "addresses": ["fd00:20::12/64"]},
+    ]  # fmt: skip
+    desc = small(interfaces=interfaces)
+    desc["net"]["listen"] = ["[::]:22", "[fd00:10::12]:6800", "[fd00:20::12]:6801"]
+    tree = make_tree(desc)
+    facts = net_outcome(collect([*tree.flags, *only_net()])).facts
+    assert facts.ceph.interfaces == {
+        "fd00:20::12": ("ens1f1np1.20",),
+        "fd00:10::12": ("ens1f0np0",),
+    }
+    _, results = net_results(tree)
+    assert results[("net.mtu", "ens1f0np0")][0] == "pass"
+    assert results[("net.mtu", "ens1f1np1")] == (
+        "warn",
+        "MTU 1500 (link up, 100 Gb/s; Ceph fd00:20::12 on ens1f1np1.20)",
+    )
+    assert results[("net.mtu", "eno1")][0] == "skip"
+
+
+@pytest.mark.parametrize(
+    ("listen", "why"),
+    [
+        (["0.0.0.0:22"], "no Ceph address on this node: every port judged"),
+        ([], "no Ceph address on this node: every port judged"),
+        # OSDs without public_network/cluster_network bind the wildcard address
+        (
+            ["0.0.0.0:6800", f"{PUBLIC}:6801"],
+            "Ceph listens on every address (0.0.0.0:6800): every port judged",
+        ),
+        (["[::]:6800"], "Ceph listens on every address ([::]:6800): every port judged"),
+        (
+            [f"{PUBLIC}:6800", "10.99.0.12:6802"],
+            "Ceph address 10.99.0.12 is on no interface's network: every port judged",
+        ),
+    ],
+)
+def test_without_known_ceph_ports_every_up_port_is_judged(
+    make_tree: MakeTree, listen: list[str], why: str
+) -> None:
+    tree = make_tree(ceph_node(listen=listen))
+    _, results = net_results(tree)
+    assert results[("net.mtu", "eno1")] == ("warn", f"MTU 1500 (link up, 1 Gb/s; {why})")
+    assert results[("net.mtu", "ens1f0np0")] == ("pass", f"MTU 9000 (link up, 100 Gb/s; {why})")
+    assert results[("net.rings", "eno1")] == (
+        "warn",
+        f"rx 200/511, tx 511/511 (link up, 1 Gb/s; {why})",
+    )
+
+
+def test_a_ceph_address_above_no_port_judges_every_port(make_tree: MakeTree) -> None:
+    desc = ceph_node(listen=[f"{PUBLIC}:6800", "10.30.0.12:6801"])
+    desc["net"]["interfaces"].append(
+        {"name": "vmbr1", "virtual": True, "kind": "bridge", "addresses": ["10.30.0.12/24"]}
+    )
+    _, results = net_results(make_tree(desc))
+    why = "Ceph address 10.30.0.12 is on vmbr1, above no port the collector read"
+    assert results[("net.mtu", "eno1")] == (
+        "warn",
+        f"MTU 1500 (link up, 1 Gb/s; {why}: every port judged)",
+    )
+
+
+def test_a_link_down_port_stays_skipped(make_tree: MakeTree) -> None:
+    desc = ceph_node()
+    desc["net"]["interfaces"][0].update(operstate="down", speed=-1)
+    _, results = net_results(make_tree(desc))
+    assert results[("net.mtu", "eno1")] == ("skip", "MTU 1500, link down: not judged")
+
+
+@pytest.mark.parametrize(
+    ("path", "fault", "reason"),
+    [
+        ("proc/net/tcp", "missing", "/proc/net/tcp: No such file or directory"),
+        ("proc/net/tcp", "eio", "/proc/net/tcp: Input/output error"),
+        ("proc/net/tcp", "empty", "/proc/net/tcp: no header: ''"),
+        ("proc/net/tcp", "garbage", "/proc/net/tcp: no header"),
+        ("proc/net/tcp6", "garbage", "/proc/net/tcp6: no header"),
+        ("proc/net/route", "garbage", "/proc/net/route: no header"),
+        ("proc/net/route", "missing", "/proc/net/route: No such file or directory"),
+    ],
+)
+def test_unreadable_address_sources_make_the_ceph_ports_unknown(
+    make_tree: MakeTree, path: str, fault: str, reason: str
+) -> None:
+    tree = make_tree(ceph_node(ports=(9000, 1500)), faults={path: fault})
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_success", collector="net") == 1
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert devices_seen(result) == {"eno1", *PORTS}  # the metrics do not depend on it
+    _, results = net_results(tree)
+    for (check, subject), (status, observed) in results.items():
+        # never pass, never a warning on a port that may not carry Ceph
+        assert status == "skip", (check, subject, observed)
+        assert "Ceph ports unknown (" in observed and observed.endswith("): not judged")
+        assert reason.replace("/proc", str(tree.proc)) in observed
+    assert results[("net.mtu", "eno1")][1].startswith("MTU 1500 (link up, 1 Gb/s): Ceph ports")
+
+
+def test_if_inet6_is_read_only_for_ipv6_ceph_addresses(make_tree: MakeTree) -> None:
+    # garbage in if_inet6 does not matter while Ceph listens on IPv4 only
+    tree = make_tree(ceph_node(), faults={"proc/net/if_inet6": "garbage"})
+    assert net_outcome(collect([*tree.flags, *only_net()])).read_errors == 0
+    desc = ceph_node(listen=["[fd00:10::12]:6800"])
+    desc["net"]["interfaces"][1]["addresses"] = ["fd00:10::12/64"]
+    tree = make_tree(desc, faults={"proc/net/if_inet6": "garbage"})
+    ceph = net_outcome(collect([*tree.flags, *only_net()])).facts.ceph
+    assert ceph.error is not None and "if_inet6: malformed line" in ceph.error
+
+
+def test_no_ipv6_is_no_error(make_tree: MakeTree) -> None:
+    """ipv6.disable=1: no tcp6 and no if_inet6."""
+    tree = make_tree(
+        ceph_node(), faults={"proc/net/tcp6": "missing", "proc/net/if_inet6": "missing"}
+    )
+    outcome = net_outcome(collect([*tree.flags, *only_net()]))
+    assert outcome.read_errors == 0
+    assert outcome.facts.ceph.interfaces == {PUBLIC: ("ens1f0np0",), CLUSTER: ("ens1f1np1",)}
+
+
+def test_the_read_stops_after_the_listeners(make_tree: MakeTree) -> None:
+    """Listeners come first (tcp_get_idx): what follows the first established socket is
+    never read, so garbage there (or 100,000 connections) costs nothing."""
+    tree = make_tree(ceph_node())
+    tcp = tree.proc / "net/tcp"
+    tcp.write_text(tcp.read_text() + "?garbage@value!\n" * 10 + "x" * 100_000)
+    result = collect([*tree.flags, *only_net()])
+    assert net_outcome(result).read_errors == 0
+    assert net_outcome(result).facts.ceph.interfaces[PUBLIC] == ("ens1f0np0",)
+
+
+# Parsers, with the byte order given: the kernel prints each __be32 word with %08X.
+
+TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
+
+
+def tcp_line(n: int, local: str, state: str, remote: str = "00000000:0000") -> str:
+    return f"{n:4d}: {local} {remote} {state} 00000000:00000000 00:00000000 00000000   167"
+
+
+V6 = "[fdce::ff00:0:0:1200]:3300"
+
+
+@pytest.mark.parametrize(
+    ("text", "family", "byteorder", "expected"),
+    [
+        ("0C000A0A:1A90", socket.AF_INET, "little", "10.10.0.12:6800"),
+        ("0A0A000C:1A90", socket.AF_INET, "big", "10.10.0.12:6800"),
+        ("00000000:0016", socket.AF_INET, "little", "0.0.0.0:22"),
+        ("0000CEFD00000000000000FF00120000:0CE4", socket.AF_INET6, "little", V6),
+        ("FDCE000000000000FF00000000001200:0CE4", socket.AF_INET6, "big", V6),
+        # an IPv4-mapped address of a dual-stack socket is the IPv4 address
+        ("0000000000000000FFFF00000C000A0A:1A90", socket.AF_INET6, "little", "10.10.0.12:6800"),
+    ],
+)  # fmt: skip
+def test_parse_endpoint(text: str, family: int, byteorder: Any, expected: str) -> None:
+    assert str(inet.parse_endpoint(text, family, byteorder=byteorder)) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["0C000A0A", "0C000A0A:1A9", "0C000A0Z:1A90", "0x000A0A:1A90", "0C000A0A:-1A9", "1:2"]
+)
+def test_parse_endpoint_rejects_garbage(text: str) -> None:
+    with pytest.raises(ParseError, match="bad address"):
+        inet.parse_endpoint(text, socket.AF_INET)
+
+
+def test_parse_tcp_listeners() -> None:
+    lines = [
+        TCP_HEADER,
+        tcp_line(0, "0C000A0A:1A90", "0A"),
+        tcp_line(1, "0C000A0A:1A90", "03", "0D000A0A:D431"),  # a request (before 4.4)
+        tcp_line(2, "0C00140A:1A92", "0A"),
+        tcp_line(3, "0C000A0A:1A90", "01", "0D000A0A:D431"),  # established: the end
+        tcp_line(4, "0C00140A:1A94", "0A"),  # never reached
+        "?garbage@value!",
+    ]
+    found = inet.parse_tcp_listeners(lines, socket.AF_INET, byteorder="little")
+    assert [str(lst) for lst in found] == ["10.10.0.12:6800", "10.20.0.12:6802"]
+    assert inet.parse_tcp_listeners([TCP_HEADER], socket.AF_INET) == []
+    for bad, message in (
+        ([], "no header"),
+        (["?garbage@value!"], "no header"),
+        ([TCP_HEADER, "?garbage@value!"], "malformed line"),
+        ([TCP_HEADER, tcp_line(0, "0C000A0A:1A90", "ZZ")], "bad state"),
+        ([TCP_HEADER, tcp_line(0, "0C000A0A", "0A")], "bad address"),
+    ):
+        with pytest.raises(ParseError, match=message):
+            inet.parse_tcp_listeners(bad, socket.AF_INET)
+
+
+ROUTE_HEADER = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT"
+
+
+def route_line(iface: str, dest: str, gw: str, flags: str, mask: str) -> str:
+    return f"{iface}\t{dest}\t{gw}\t{flags}\t0\t0\t0\t{mask}\t0\t0\t0".ljust(127)
+
+
+def test_parse_route_keeps_connected_routes() -> None:
+    lines = [
+        ROUTE_HEADER.ljust(127),
+        route_line("eno1", "00000000", "010AA8C0", "0003", "00000000"),  # default via gw
+        route_line("eno1", "000AA8C0", "00000000", "0001", "00FFFFFF"),
+        route_line("ens1f0np0", "00000A0A", "00000000", "0001", "00FFFFFF"),
+        route_line("ens1f0np0", "0000000A", "010AA8C0", "0003", "000000FF"),  # via gw
+        route_line("*", "0000140A", "00000000", "0201", "0000FFFF"),  # unreachable
+        route_line("ens1f1np1", "0000140A", "00000000", "0000", "00FFFFFF"),  # not up
+        route_line("ens1f1np1", "0000140A", "00000000", "0001", "0000FFFF"),
+    ]
+    routes = inet.parse_route(lines, byteorder="little")
+    assert [(name, str(net)) for name, net in routes] == [
+        ("eno1", "192.168.10.0/24"),
+        ("ens1f0np0", "10.10.0.0/24"),
+        ("ens1f1np1", "10.20.0.0/16"),
+    ]
+    for bad in ([], ["?garbage@value!"], [ROUTE_HEADER, "eno1\t0000\t0"], [ROUTE_HEADER,
+                route_line("eno1", "0000000G", "00000000", "0001", "00FFFFFF")]):  # fmt: skip
+        with pytest.raises(ParseError):
+            inet.parse_route(bad)
+
+
+def test_parse_if_inet6_and_where_an_address_is() -> None:
+    lines = [
+        "00000000000000000000000000000001 01 80 10 80       lo",
+        "fd00ce00000000000000000000000012 03 40 00 80 ens1f0np0",
+        "fe800000000000000e42a1fffe3c8e50 03 40 20 80 ens1f0np0",
+        "fd00c100000000000000000000000012 05 40 00 80 ens1f1np1.20",
+    ]
+    inet6 = inet.parse_if_inet6(lines)
+    assert [(n, str(i)) for n, i in inet6][1] == ("ens1f0np0", "fd00:ce00::12/64")
+    net4 = ipaddress.IPv4Network
+    routes = [("a", net4("10.0.0.0/8")), ("b", net4("10.1.0.0/16")), ("c", net4("10.1.0.0/16"))]
+    where = inet.interfaces_of
+    assert where(ipaddress.ip_address("10.1.2.3"), routes, inet6) == ("b", "c")  # longest
+    assert where(ipaddress.ip_address("10.2.2.3"), routes, inet6) == ("a",)
+    assert where(ipaddress.ip_address("192.168.1.1"), routes, inet6) == ()
+    assert where(ipaddress.ip_address("fd00:ce00::12"), routes, inet6) == ("ens1f0np0",)
+    # not held by any interface: the one whose prefix covers it
+    assert where(ipaddress.ip_address("fd00:c100::99"), routes, inet6) == ("ens1f1np1.20",)
+    for bad in (
+        "fd00 03 40 00 80 eth0",
+        "zz00ce00000000000000000000000012 03 40 00 80 eth0",
+        "fd00ce00000000000000000000000012 03 99 00 80 eth0",  # prefix 153
+        "?garbage@value!",
+    ):
+        with pytest.raises(ParseError, match="malformed line"):
+            inet.parse_if_inet6([bad])
+
+
+def test_read_lines_bounds(tmp_path: Path) -> None:
+    path = tmp_path / "tcp"
+    path.write_text("header\n" + "line\n" * 5)
+    assert len(list(inet.read_lines(str(path), max_lines=5))) == 6
+    with pytest.raises(ParseError, match="more than 4 entries"):
+        list(inet.read_lines(str(path), max_lines=4))
+    path.write_text("x" * 10_000)
+    with pytest.raises(ParseError, match="a line longer than 512 bytes"):
+        list(inet.read_lines(str(path)))
+    with pytest.raises(FileNotFoundError) as caught:
+        list(inet.read_lines(str(tmp_path / "none")))
+    assert inet.describe(caught.value) == f"{tmp_path / 'none'}: No such file or directory"
+
+
 # --- this machine ----------------------------------------------------------------------
 
 
@@ -948,3 +1395,26 @@ def test_net_collector_on_this_machine() -> None:
         assert ring(result, name, "rx", "max_entries") == shown["max"]["RX"]
         assert ring(result, name, "tx", "max_entries") == shown["max"]["TX"]
     assert "lo" not in devices_seen(result)
+
+
+def test_ceph_listeners_agree_with_ss() -> None:
+    """The listening sockets parsed from this machine's /proc/net/tcp{,6} (in the host's
+    byte order) are those `ss -ltn` shows."""
+    ss = need_tool("ss", "iproute2")
+    proc = subprocess.run([ss, "-Hltn"], capture_output=True, text=True, check=True)
+    shown = set()
+    for line in proc.stdout.splitlines():
+        local = line.split()[3]
+        host, _, port = local.rpartition(":")
+        host = host.strip("[]").split("%")[0]  # "[::]", "127.0.0.53%lo"
+        address = ipaddress.ip_address("0.0.0.0" if host == "*" else host)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        shown.add((address, int(port)))
+    mine = {
+        (lst.address, lst.port)
+        for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6))
+        if os.path.exists(path)
+        for lst in inet.parse_tcp_listeners(inet.read_lines(path), family, path)
+    }
+    assert mine == shown

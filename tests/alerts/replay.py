@@ -23,7 +23,8 @@ What runs here, in order:
    result: an alert (the result's labels without ``__name__``, plus the rule's labels) is
    pending from the first evaluation it appears in, firing once it has been present for
    the rule's ``for``, and gone at the first evaluation it is absent from (rules/alerting.go,
-   ``AlertingRule.Eval``; Prometheus 2.42 has no ``keep_firing_for``).
+   ``AlertingRule.Eval``; the rules use no ``keep_firing_for``). Groups of different
+   intervals are each evaluated at their own.
 
 A range query evaluates the expression at every step exactly as an instant query at that
 time would (the engine's contract; promql/engine.go evaluates range queries step by step
@@ -491,24 +492,27 @@ def backfill_recording_rules(
 def evaluate_alerts(
     prom: Prometheus, rules: list[Rule], start: float, end: float, jobs: int = 2
 ) -> Timeline:
-    """Apply the alert state machine to each alert rule's range query over [start, end]."""
+    """Apply the alert state machine to each alert rule's range query over [start, end],
+    at its group's interval. The timeline's times are the finest interval's grid; at each,
+    a rule of a coarser group shows its state of its latest evaluation (as ALERTS does
+    between two evaluations)."""
     alerts = [r for r in rules if r.kind == "alert"]
     if not alerts:
         return Timeline([], {}, {})
-    steps = {r.interval_s for r in alerts}
-    if len(steps) != 1:
-        raise NotImplementedError(f"alert groups with different intervals: {steps}")
-    step = steps.pop()
+    step = min(r.interval_s for r in alerts)
     times = [start + i * step for i in range(int((end - start) // step) + 1)]
 
     def run(rule: Rule) -> tuple[Rule, list[dict[str, Any]]]:
-        return rule, prom.query_range(rule.expr, start, end, step)
+        return rule, prom.query_range(rule.expr, start, end, rule.interval_s)
 
     firing: dict[float, list[tuple[str, dict[str, str]]]] = {t: [] for t in times}
     pending: dict[float, list[tuple[str, dict[str, str]]]] = {t: [] for t in times}
     with ThreadPoolExecutor(jobs) as pool:
         results = list(pool.map(run, alerts))
     for rule, result in results:
+        own = [
+            start + i * rule.interval_s for i in range(int((end - start) // rule.interval_s) + 1)
+        ]
         present: dict[frozenset[tuple[str, str]], set[float]] = {}
         for series in result:
             labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
@@ -517,7 +521,8 @@ def evaluate_alerts(
             present.setdefault(key, set()).update(float(ts) for ts, _ in series["values"])
         for key, seen in present.items():
             state: AlertState | None = None
-            for t in times:
+            at: dict[float, bool] = {}  # own evaluation time -> firing (absent: inactive)
+            for t in own:
                 if t not in seen:
                     state = None  # a pending alert is dropped, a firing one resolves
                     continue
@@ -525,9 +530,11 @@ def evaluate_alerts(
                     state = AlertState(rule.name, dict(key), t)
                 if state.fired_at is None and t - state.active_at >= rule.for_s:
                     state.fired_at = t
-                (firing if state.fired_at is not None else pending)[t].append(
-                    (rule.name, dict(key))
-                )
+                at[t] = state.fired_at is not None
+            for t in times:
+                last = start + ((t - start) // rule.interval_s) * rule.interval_s
+                if last in at:
+                    (firing if at[last] else pending)[t].append((rule.name, dict(key)))
     return Timeline(times, firing, pending)
 
 

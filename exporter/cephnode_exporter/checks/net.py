@@ -2,23 +2,35 @@
 network list, DOMAIN.md section 2: "MTU 9000; NIC rings raised (ethtool -G eth0 rx 8192
 tx 8192)").
 
-Which interfaces: with the profile's ``interfaces`` empty (the default), every physical
-port the collector read whose link is not down; a port whose link is down carries no
-traffic, so it is reported as ``skip`` rather than judged (an unused onboard port at MTU
-1500 is not a fault). With a regular expression, the interfaces whose whole name matches,
-physical or virtual (``bond0``, ``bond0.100``), whatever their link state: the profile
-named them, so they are judged. Names the collector excluded
-(``--collector.net.exclude``) are never seen here.
+Which interfaces: with the profile's ``interfaces`` empty (the default), the physical
+ports that carry Ceph traffic: those under an interface holding an address Ceph's
+daemons listen on (the public and cluster networks), followed through VLANs and bonds
+to the ports (:mod:`cephnode_exporter.hostfs.inet`). Every other port is reported as
+``skip`` with the reason: a 1 GbE management port at MTU 1500 is not a fault. When the
+node has no Ceph address (no daemon, or one bound to the wildcard address), or one
+that no port read leads to, every port is judged, as the observed text says. When the
+address sources are unreadable no port is judged (the text says the Ceph ports are
+unknown). A port whose link is down carries no traffic and is ``skip`` too.
+
+With a regular expression, the interfaces whose whole name matches, physical or virtual
+(``bond0``, ``bond0.100``), whatever their link state or addresses: the profile named
+them, so they are judged. Names the collector excluded (``--collector.net.exclude``)
+are never seen here.
 """
 
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from cephnode_exporter.checks import Finding, check
 from cephnode_exporter.collectors.net import NetFacts
 from cephnode_exporter.hostfs.net import RINGS_ERROR, RINGS_NOT_READ, RINGS_UNSUPPORTED, Interface
+
+# Ceph addresses named in one observed text at most; the rest are counted.
+SHOWN_ADDRESSES = 4
 
 # The rings judged: rx_mini and rx_jumbo (old Broadcom/3Com NICs) are exported but their
 # use depends on the MTU, so a jumbo ring at 0 is no fault.
@@ -45,6 +57,89 @@ def _selected(facts: NetFacts, pattern: str) -> tuple[list[Interface], bool]:
         regex = re.compile(pattern)
         return [i for i in facts.interfaces.values() if regex.fullmatch(i.name)], True
     return facts.physical, False
+
+
+@dataclass(frozen=True)
+class _CephPorts:
+    """Which physical ports the default selection judges."""
+
+    # Ceph port -> the Ceph addresses it carries ("10.1.0.11", "10.1.0.11 on bond0.100").
+    carried: dict[str, list[str]]
+    # Set when every port whose link is up is judged: why.
+    everywhere: str = ""
+    # Set when no port can be judged: why the Ceph ports are unknown.
+    unknown: str = ""
+    # Where Ceph listens, for the text of a port left out.
+    where: str = ""
+
+
+def _physical_below(facts: NetFacts, name: str) -> list[str]:
+    """The physical ports the collector read at or below an interface (through the
+    lower links of VLANs, bonds and bridges)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        iface = facts.interfaces.get(current)
+        if current in seen or iface is None:
+            continue
+        seen.add(current)
+        if iface.virtual:
+            todo.extend(iface.lower)
+        else:
+            out.append(current)
+    return sorted(out)
+
+
+def _listing(items: list[str]) -> str:
+    shown = ", ".join(items[:SHOWN_ADDRESSES])
+    more = len(items) - SHOWN_ADDRESSES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _ceph_ports(facts: NetFacts) -> _CephPorts:
+    ceph = facts.ceph
+    if ceph.error is not None:
+        return _CephPorts({}, unknown=f"Ceph ports unknown ({ceph.error})")
+    wildcard = ceph.wildcard
+    if wildcard:
+        why = f"Ceph listens on every address ({wildcard[0]}): every port judged"
+        return _CephPorts({}, everywhere=why)
+    if not ceph.interfaces:
+        return _CephPorts({}, everywhere="no Ceph address on this node: every port judged")
+    carried: dict[str, list[str]] = defaultdict(list)
+    where = []
+    for address, holders in ceph.interfaces.items():
+        if not holders:
+            why = f"Ceph address {address} is on no interface's network: every port judged"
+            return _CephPorts({}, everywhere=why)
+        for holder in holders:
+            ports = _physical_below(facts, holder)
+            if not ports:
+                why = (
+                    f"Ceph address {address} is on {holder}, above no port the collector "
+                    "read: every port judged"
+                )
+                return _CephPorts({}, everywhere=why)
+            where.append(f"{address} on {holder}")
+            for port in ports:
+                carried[port].append(address if port == holder else f"{address} on {holder}")
+    return _CephPorts(dict(carried), where=_listing(where))
+
+
+def _scope(sel: _CephPorts, iface: Interface, link: str, what: str, expected: str) -> Finding | str:
+    """A finding for a port the default selection leaves out, else the note that ends
+    the judged port's parenthesis (the Ceph addresses it carries, or why all are judged)."""
+    if sel.unknown:
+        return Finding(iface.name, None, f"{what} ({link}): {sel.unknown}: not judged", expected)
+    if sel.everywhere:
+        return sel.everywhere
+    addresses = sel.carried.get(iface.name)
+    if not addresses:
+        observed = f"{what} ({link}): no Ceph address on this port (Ceph: {sel.where}): not judged"
+        return Finding(iface.name, None, observed, expected)
+    return "Ceph " + _listing(addresses)
 
 
 def _none_selected(facts: NetFacts, pattern: str, expected: str) -> list[Finding]:
@@ -99,19 +194,30 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
     selected, named = _selected(facts, pattern)
     if not selected:
         return _none_selected(facts, pattern, expected)
+    sel = _ceph_ports(facts)
     findings = []
     for iface in selected:
         link = _link(iface)
         if iface.mtu is None:
             findings.append(Finding(iface.name, None, f"MTU unreadable ({link})", expected))
-        elif iface.link_down and not named:
+            continue
+        if named:
+            note = link
+        elif iface.link_down:
             observed = f"MTU {iface.mtu}, {link}: not judged"
             findings.append(Finding(iface.name, None, observed, expected))
-        elif iface.mtu < want:
-            observed = f"MTU {iface.mtu} ({link})"
+            continue
+        else:
+            scope = _scope(sel, iface, link, f"MTU {iface.mtu}", expected)
+            if isinstance(scope, Finding):
+                findings.append(scope)
+                continue
+            note = f"{link}; {scope}"
+        observed = f"MTU {iface.mtu} ({note})"
+        if iface.mtu < want:
             findings.append(Finding(iface.name, True, observed, expected, _mtu_hint(iface, want)))
         else:
-            findings.append(Finding(iface.name, False, f"MTU {iface.mtu} ({link})", expected))
+            findings.append(Finding(iface.name, False, observed, expected))
     return findings
 
 
@@ -145,6 +251,7 @@ def rings(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
     selected, named = _selected(facts, pattern)
     if not selected:
         return _none_selected(facts, pattern, expected)
+    sel = _ceph_ports(facts)
     findings = []
     for iface in selected:
         link = _link(iface)
@@ -166,11 +273,19 @@ def rings(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
             why = "the driver reports no ring maximum"
             findings.append(Finding(iface.name, None, why, expected))
             continue
-        observed = ", ".join(f"{r.name} {r.current}/{r.maximum}" for r in judged)
-        observed += f" ({link})"
-        if iface.link_down and not named:
-            findings.append(Finding(iface.name, None, observed + ": not judged", expected))
+        sizes = ", ".join(f"{r.name} {r.current}/{r.maximum}" for r in judged)
+        if named:
+            note = link
+        elif iface.link_down:
+            findings.append(Finding(iface.name, None, f"{sizes} ({link}): not judged", expected))
             continue
+        else:
+            scope = _scope(sel, iface, link, sizes, expected)
+            if isinstance(scope, Finding):
+                findings.append(scope)
+                continue
+            note = f"{link}; {scope}"
+        observed = f"{sizes} ({note})"
         low = {r.name: r.maximum for r in judged if r.current < r.maximum}
         if low:
             hint = _rings_hint(iface.name, low)

@@ -10,8 +10,17 @@ the ethtool ioctl and so are in no sysfs-based exporter.
 Which interfaces: discovery (:mod:`cephnode_exporter.devices`) lists them; names matching
 ``--collector.net.exclude`` are ignored outright. Of the rest, physical ports get the full
 read and metrics; virtual interfaces (bonds, VLANs, bridges: under /sys/devices/virtual)
-get a light read (MTU, operstate) so that the ``net.mtu`` check can judge a bond or a
-VLAN the profile names, and no metrics: rings, NUMA node and driver belong to the ports.
+get a light read (MTU, operstate, lower devices) so that the ``net.mtu`` check can judge
+a bond or a VLAN the profile names, and no metrics: rings, NUMA node and driver belong to
+the ports.
+
+Which ports carry Ceph: the checks judge only those (a 1 GbE management port at MTU 1500
+is no fault). They are found from the host, not from the OSDs' ``config show``, so that
+this collector needs neither the osd collector nor an admin socket: the addresses that
+sockets listen on in Ceph's port range (``/proc/net/tcp``, ``tcp6``) and the interface
+each address is on (``/proc/net/route``, ``if_inet6``), in :mod:`~.hostfs.inet`; the
+checks follow a VLAN or bond down to its ports through ``lower_*``. No metric is
+exported for it: the check report says which ports were judged and why.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from cephnode_exporter import devices
 from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
+from cephnode_exporter.hostfs.inet import CephAddresses, read_ceph_addresses
 from cephnode_exporter.hostfs.net import RINGS_OK, Interface, read_interface
 from cephnode_exporter.logs import kv
 
@@ -56,6 +66,8 @@ class NetFacts:
     excluded: list[str] = field(default_factory=list)
     ring_source: str = ""
     errors: ReadErrors = field(default_factory=ReadErrors)
+    # Where Ceph's daemons listen and on which interfaces (error set when unreadable).
+    ceph: CephAddresses = field(default_factory=CephAddresses)
 
     @property
     def physical(self) -> list[Interface]:
@@ -105,6 +117,7 @@ class NetCollector(Collector):
             iface = read_interface(dev, None if dev.virtual else self._rings, facts.errors)
             if iface is not None:
                 facts.interfaces[dev.name] = iface
+        facts.ceph = read_ceph_addresses(self.ctx.fs, facts.errors)
         return facts
 
     def metrics(self, facts: NetFacts) -> Iterable[Metric]:

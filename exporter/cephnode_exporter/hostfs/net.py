@@ -9,6 +9,9 @@ Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-cl
   - ``device``: link to the parent device (the PCI function of a PCI NIC; virtioN of a
     virtio NIC), absent for virtual interfaces; ``device/driver`` names the driver.
   - ``master``: link to the bond or bridge the interface is enslaved to, if any.
+  - ``lower_<name>``: a link per lower device of a bond (its slaves), bridge (its ports),
+    VLAN or macvlan (the device it sits on) (net/core/dev.c netdev_adjacent_sysfs_add,
+    "lower_%s"); read for virtual interfaces, to find the ports under a Ceph address.
   - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
     gives no proximity for it.
 
@@ -63,6 +66,8 @@ class Interface:
     rings: RingParam | None = None
     rings_state: str = RINGS_NOT_READ
     rings_error: str | None = None
+    # Virtual interfaces only: the devices right below (bond slaves, a VLAN's device).
+    lower: tuple[str, ...] = ()
 
     @property
     def link_down(self) -> bool:
@@ -169,13 +174,25 @@ class _Reader:
             self.errors.add(exc)
             return None
 
+    def lower(self) -> tuple[str, ...]:
+        """Names of the ``lower_<name>`` links, sorted."""
+        try:
+            names = os.listdir(self.dev.syspath)
+        except FileNotFoundError:
+            raise Vanished from None
+        except OSError as exc:
+            self.errors.add(OSError(exc.errno, exc.strerror, self.dev.syspath))
+            return ()
+        return tuple(sorted(n[len("lower_") :] for n in names if n.startswith("lower_")))
+
 
 def read_interface(
     dev: NetInterface, rings: RingReader | None, errors: ReadErrors
 ) -> Interface | None:
-    """Read one interface. ``rings`` None means a light read (MTU, operstate, master:
-    what the MTU check may need of a bond or VLAN); with a reader, also speed, NUMA node,
-    driver and ring sizes. None when the interface vanished during the read."""
+    """Read one interface. ``rings`` None means a light read (MTU, operstate, master and,
+    of a virtual interface, its lower devices: what the checks need of a bond or VLAN);
+    with a reader, also speed, NUMA node, driver and ring sizes. None when the interface
+    vanished during the read."""
     r = _Reader(dev, errors)
     base = dev.syspath
     try:
@@ -183,8 +200,18 @@ def read_interface(
         operstate = r.attr(os.path.join(base, "operstate"), parse_operstate)
         master = r.link_name("master")
         if rings is None:
+            lower = r.lower() if dev.virtual else ()
             return Interface(
-                dev.name, dev.virtual, dev.pci, mtu, operstate, None, None, None, master
+                dev.name,
+                dev.virtual,
+                dev.pci,
+                mtu,
+                operstate,
+                None,
+                None,
+                None,
+                master,
+                lower=lower,
             )
         speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
         numa: int | None = None
