@@ -1256,7 +1256,7 @@ class Generator:
     ) -> None:
         """The exporter's per-host histogram and its p50/p99: its OSDs pooled per op type
         with its own PooledHistogram and LatencyWindow, read by read as the exporter does
-        (from 0 at its start: every OSD's first read is a baseline)."""
+        (all first reads at start)."""
         if not host.osds or not self.want_any(*HOST_HIST_NAMES):
             return
         from cephnode_exporter.ceph import latency
@@ -1276,7 +1276,7 @@ class Generator:
                         osd.ceph_daemon,
                         [(e, c["buckets"][k][i]) for k, e in enumerate(self.edges)],
                         c["sum"][i],
-                        initial=False,  # the exporter's pools start at 0
+                        initial=i == 0,
                     )
                 for k, (_, v) in enumerate(pool.buckets()):
                     buckets[k][i] = v

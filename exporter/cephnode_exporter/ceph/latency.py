@@ -230,14 +230,12 @@ class LatencyWindow:
 class PooledHistogram:
     """Several OSDs' cumulative histograms (one op type, one media) pooled into one.
 
-    The pool starts at 0. Each read adds the OSD's increase since its previous read; a
-    counter reset counts from 0, as ``rate()`` does. An OSD seen for the first time adds
-    its whole count only when ``initial`` (its counters are known to have started at 0
-    since, e.g. a restarted OSD); otherwise that read is only its baseline, so neither the
-    exporter's start nor an OSD created or back after a long outage adds a lifetime of
-    ops in one scrape. A forgotten OSD's past ops stay. The pool only grows, so
-    ``rate()`` of it is the sum of the OSDs' rates, and an exporter restart is a reset
-    to 0.
+    Each read adds the OSD's increase since its previous read; a counter reset counts
+    from 0, as ``rate()`` does. An OSD seen for the first time adds its whole count only
+    when ``initial`` (the exporter's first read, when the pool starts too); otherwise
+    that read is only its baseline, so an OSD created, or back after a long outage, does
+    not add its lifetime's ops in one scrape. A forgotten OSD's past ops stay. The pool
+    only grows, so ``rate()`` of it is the sum of the OSDs' rates.
     """
 
     def __init__(self) -> None:

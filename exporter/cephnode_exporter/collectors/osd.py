@@ -542,6 +542,7 @@ class OSDCollector(Collector):
         self._latency: dict[str, _LatencyState] = {}
         self._pools: dict[tuple[str, str], PooledHistogram] = {}
         self._pool_windows: dict[tuple[str, str], LatencyWindow] = {}
+        self._latency_started = False
         self._sparse_logged = False
 
     @classmethod
@@ -670,17 +671,16 @@ class OSDCollector(Collector):
         # The node's OSDs' CPU and op increases over their windows, and their op rates.
         host_cpu = host_ops = host_rate = 0.0
         with self._latency_lock:
-            # Every OSD's first read is a baseline, the exporter's first read too: the
-            # pools start at 0 with the exporter, so its restart is a reset to 0 for
-            # rate(). Starting from the OSDs' lifetime counts instead made a restart after
-            # an OSD restart a drop to a smaller total, which rate() counts as a reset
-            # followed by that whole total in one scrape (millions of ops/s).
+            # The exporter's first read: OSDs then bring their whole history into the
+            # pools, which start with it. Later, a new OSD's first read is a baseline.
+            initial = not self._latency_started
+            self._latency_started = True
             for o in osds:
                 if not o.ok or o.counters is None:
                     continue
                 path = o.socket.path
                 state = self._latency.get(path)
-                from_zero = False
+                from_zero = initial
                 if state is None:
                     state = self._latency[path] = _LatencyState(o.pid, o.media)
                 else:
