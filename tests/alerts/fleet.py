@@ -344,6 +344,7 @@ SYNTHETIC = frozenset(
         "ceph_pg_wait",
         *(f"ceph_pg_{state}" for state in MGR_QUIET_PG_STATES),
         "ceph_osd_flag_noout",
+        "ceph_health_detail",  # never written: no health check fires in this fleet
         "ceph_healthcheck_slow_ops",
         "ceph_health_status",
     }
