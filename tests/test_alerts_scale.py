@@ -40,11 +40,17 @@ RULE_FILES = [REPO / "alerts" / "cephnode-rules.yml", REPO / "alerts" / "cephnod
 MAIN_START = 1_700_000_000 // 7200 * 7200
 TIMELINE = F.Timeline(
     end=65,
-    debug_on=5,
+    debug_on=10,
     swing=(25, 35, 55, 60),
     laggy=(40, 47),
     blip=45,
     baseline_lead=10,
+    iommu_reboot=(3, 6),
+    cstates_reboot=(5, 8),
+    governor=15,
+    scheduler=18,
+    latency=22,
+    stalled=(28, 32),
 )
 JOBS = 2
 
@@ -57,6 +63,10 @@ class Replayed:
     # Fleet op rate at the swing's peak over the rate before it (from the data).
     swing_ratio: float
     written: set[str]
+    # Minutes of the main window with a latency context from the mgr, and exporters that
+    # missed at least one scrape (from the data).
+    context_minutes: int
+    exporter_down: int
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +110,16 @@ def replay(
         ops = "sum(rate(cephnode_osd_host_op_latency_seconds_count[5m]))"
         before = float(prom.query(ops, main.start + (a - 5) * 60)[0]["value"][1])
         peak = float(prom.query(ops, main.start + (b + 10) * 60)[0]["value"][1])
-    return Replayed(fleet, scenario, timeline, peak / before, set(stats["names"]))
+        end = main.start + (main.steps - 1) * main.step_s
+        span = f"{(main.steps - 1) * main.step_s}s"
+
+        def scalar(q: str) -> int:
+            result = prom.query(q, end)
+            return int(float(result[0]["value"][1])) if result else 0
+
+        context = scalar(f"sum(count_over_time(cluster:ceph_latency_context:max10m[{span}]))")
+        down = scalar(f'count(min_over_time(up{{job="{F.EXPORTER_JOB}"}}[{span}]) == 0)')
+    return Replayed(fleet, scenario, timeline, peak / before, set(stats["names"]), context, down)
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +132,21 @@ def faulted(
 
 
 @pytest.fixture(scope="module")
+def operations(
+    snapshots: dict[str, F.Snapshot], rules: list[R.Rule], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replayed]:
+    workdir = tmp_path_factory.mktemp("fleet-operations")
+    fleet = F.Fleet.build(timeline=TIMELINE, mode="operations")
+    yield replay(fleet, snapshots, rules, workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def clean(
     snapshots: dict[str, F.Snapshot], rules: list[R.Rule], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Replayed]:
     workdir = tmp_path_factory.mktemp("fleet-clean")
-    yield replay(F.Fleet.build(timeline=TIMELINE, clean=True), snapshots, rules, workdir)
+    yield replay(F.Fleet.build(timeline=TIMELINE, mode="clean"), snapshots, rules, workdir)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -168,28 +197,54 @@ def violations(run: Replayed, expected: list[F.Expect]) -> list[str]:
 
 
 def test_faulted_fleet_fires_exactly_the_injected_faults(
-    faulted: Replayed, rules: list[R.Rule]
+    faulted: Replayed, rules: list[R.Rule], snapshots: dict[str, F.Snapshot]
 ) -> None:
-    expected = F.expected_alerts(faulted.fleet, for_minutes(rules).__getitem__)
+    expected = F.expected_alerts(faulted.fleet, for_minutes(rules).__getitem__, snapshots)
     end = faulted.fleet.timeline.end
     # Every fault's alert must be firing at some point of the window (the scenario is
     # long enough for every `for`).
     assert all(e.by < end for e in expected)
     problems = violations(faulted, expected)
     assert not problems, f"{len(problems)} deviations:\n" + "\n".join(problems[:60])
-    # Each fault is seen: one firing alert per expectation at the end of its window.
+    # Each fault is seen, named with its subject, at some evaluation.
     fired = {ident(n, lb) for t in faulted.timeline.times for n, lb in faulted.timeline.firing[t]}
     f = faulted.fleet.faults
-    slow = faulted.fleet.osd(f.slow_osd)
+    slow, failing, stalled = (
+        faulted.fleet.osd(x) for x in (f.slow_osd, f.failing_osd, f.stalled_osd)
+    )
+    debug = faulted.fleet.osd(f.debug[-1])
+    port = F.EXPORTER_PORT
     for needle in (
         f"CephNodeDeepCStatesEnabled{{instance={f.cstates}:",
         f"CephNodeIOMMUTranslatingNVMe{{instance={f.iommu}:",
-        f"CephNodeOSDLatencyOutlier{{instance={slow.host}:{F.EXPORTER_PORT},"
-        f"ceph_daemon={slow.ceph_daemon},",
+        f"CephNodeCPUGovernor{{instance={f.governor}:",
+        f"CephNodeNVMeScheduler{{instance={f.scheduler}:{port},device=nvme3n1,",
+        f"CephNodePCIeLinkDegraded{{instance={f.pcie}:{port},controller=nvme5,",
+        f"CephNodeRocksDBUnoptimised{{instance={f.rocksdb}:",
+        f"CephNodeOSDLatencyOutlier{{instance={slow.host}:{port},ceph_daemon={slow.ceph_daemon},",
+        f"CephNodeBlueStoreCommitOutlier{{instance={failing.host}:{port},"
+        f"ceph_daemon={failing.ceph_daemon},",
+        f"CephNodeHostLatencyOutlier{{instance={f.slow_host}:{port},",
         f"CephNodeLaggyPGsAttributed{{hostname={f.laggy},",
-        f"CephNodeOSDDebugLogging{{instance={f.debug}:",
+        f"CephNodeLaggyPGsAttributed{{hostname={stalled.host},ceph_daemon={stalled.ceph_daemon},",
+        f"CephNodeOSDDebugLogging{{instance={debug.host}:{port},ceph_daemon={debug.ceph_daemon},",
     ):
         assert any(a.startswith(needle) for a in fired), f"{needle} never fired: {sorted(fired)}"
+    # No slow-ops alert: the ops of the laggy PGs' primaries wait for the PG or a replica.
+    assert not any(a.startswith("CephNodeSlowOps") for a in fired)
+
+
+def test_operations_page_nobody(operations: Replayed, rules: list[R.Rule]) -> None:
+    """Rolling exporter restarts, an OSD and then its exporter restarting, a host drained
+    and purged, one failed mgr scrape, a host rebooted, planned maintenance with noout and
+    the recovery after it slowing OSDs elsewhere, and a management port at MTU 1500 on
+    every node: no alert but the latency alerts' info form, naming the context."""
+    expected = F.expected_alerts(operations.fleet, for_minutes(rules).__getitem__)
+    problems = violations(operations, expected)
+    assert not problems, f"{len(problems)} deviations:\n" + "\n".join(problems[:60])
+    # The operations are in the data the rules saw.
+    assert operations.context_minutes >= 20, operations.context_minutes
+    assert operations.exporter_down >= F.OSD_NODES, operations.exporter_down
 
 
 # Detection deadlines in minutes from the moment a fault shows in the node's metrics
@@ -246,8 +301,10 @@ def detection_delays(run: Replayed, expected: list[F.Expect]) -> list[tuple[str,
     return out
 
 
-def test_every_fault_is_named_inside_its_deadline(faulted: Replayed, rules: list[R.Rule]) -> None:
-    expected = F.expected_alerts(faulted.fleet, for_minutes(rules).__getitem__)
+def test_every_fault_is_named_inside_its_deadline(
+    faulted: Replayed, rules: list[R.Rule], snapshots: dict[str, F.Snapshot]
+) -> None:
+    expected = F.expected_alerts(faulted.fleet, for_minutes(rules).__getitem__, snapshots)
     delays = detection_delays(faulted, expected)
     assert {d[0].split("{")[0] for d in delays} >= {
         "CephNodeDeepCStatesEnabled",

@@ -160,8 +160,8 @@ HOST_HIST_NAMES = (
 )
 HOST_QUANTILES = (0.5, 0.99)
 
-# PG states the mgr exports per pool that stay 0 in this fleet (no recovery, no OSD down).
-MGR_QUIET_PG_STATES = ("recovering", "recovery_wait", "backfilling", "backfill_wait", "degraded")
+# PG states the mgr exports per pool that the fleet's operations and reboots set.
+MGR_PG_STATES = ("recovering", "recovery_wait", "backfilling", "backfill_wait", "degraded")
 
 SWING_PEAK_OPS = 2.5
 SWING_PEAK_LATENCY = 1.7
@@ -205,7 +205,7 @@ class OSD:
 @dataclass
 class Host:
     name: str
-    kind: str  # snapshot kind: healthy, cstates, iommu, mon
+    kind: str  # snapshot kind at the start (and a week earlier): healthy, cstates, ..., mon
     osds: list[OSD] = field(default_factory=list)
 
     @property
@@ -215,16 +215,62 @@ class Host:
 
 @dataclass(frozen=True)
 class Faults:
+    """Faults, each on its own host or OSD (empty or -1: not injected). Their minutes are
+    the timeline's."""
+
+    # Rebooted after a BIOS reset with C2 enabled (Timeline.cstates_reboot).
     cstates: str = "ceph-osd-r6615-07"
+    # Rebooted without iommu=pt (Timeline.iommu_reboot); kprofile runs there, as everywhere.
     iommu: str = "ceph-osd-r6615-23"
-    slow_osd: int = 0  # set by Fleet.build: the 4th OSD of ceph-osd-r6615-41
-    laggy: str = "ceph-osd-r6615-52"
-    debug: str = "ceph-osd-r6615-60"
+    slow_osd: int = -1  # shard threads starved from Timeline.latency (set by Fleet.build)
+    failing_osd: int = -1  # its drive turns slow from Timeline.latency (set by Fleet.build)
+    slow_host: str = "ceph-osd-r6615-33"  # 1.3x from Timeline.latency, no visible cause
+    laggy: str = "ceph-osd-r6615-52"  # its network stalls (Timeline.laggy)
+    stalled_osd: int = -1  # a replica that stops answering (Timeline.stalled; set by build)
+    debug: tuple[int, ...] = ()  # OSDs of different hosts (set by Fleet.build)
+    rocksdb: str = "ceph-osd-r6615-15"  # OSDs on a build with an unoptimised RocksDB (chronic)
+    pcie: str = "ceph-osd-r6615-45"  # nvme5's link trained to x2 (chronic)
+    governor: str = "ceph-osd-r6615-28"  # switched to powersave (Timeline.governor)
+    scheduler: str = "ceph-osd-r6615-64"  # nvme3n1 back on mq-deadline (Timeline.scheduler)
 
     @classmethod
     def none(cls) -> Faults:
         """A clean fleet: no host, OSD or episode is faulty (the blip stays: it is noise)."""
-        return cls(cstates="", iommu="", slow_osd=-1, laggy="", debug="")
+        return cls(
+            cstates="",
+            iommu="",
+            slow_host="",
+            laggy="",
+            rocksdb="",
+            pcie="",
+            governor="",
+            scheduler="",
+        )
+
+
+@dataclass(frozen=True)
+class Operations:
+    """What operators and Ceph do to a healthy fleet, none of which may page (empty or -1:
+    not done). Minutes of the main window."""
+
+    # Every exporter restarts once (one missed scrape, its windows and counters start
+    # over), one host after the other over these minutes.
+    exporter_restarts: tuple[int, int] | None = None
+    # An OSD restarts (its counters start at 0) at the first minute; its host's exporter
+    # restarts at the second.
+    osd_restart: tuple[int, int, int] | None = None  # (osd id, OSD at, exporter at)
+    # A host drained: its OSDs marked out (backfill moves their PGs away until the second
+    # minute), then stopped and purged at the third.
+    drained: tuple[str, int, int, int] | None = None
+    mgr_missed: int = -1  # one failed scrape of the mgr
+    reboot: tuple[str, int, int] | None = None  # host down from, back at (no noout)
+    # Planned maintenance: noout set, the host down, back, recovery until, noout unset.
+    maintenance: tuple[str, int, int, int, int, int] | None = None
+    # OSDs elsewhere that recovery after the maintenance slows down (2.5x; set by build).
+    recovery_osds: tuple[int, ...] = ()
+
+
+RECOVERY_SLOWDOWN = 2.5
 
 
 @dataclass(frozen=True)
@@ -238,8 +284,14 @@ class Timeline:
     laggy: tuple[int, int] = (75, 82)
     blip: int = 80  # the single-scrape slow op
     baseline_lead: int = 20
-    # From here on every chronic fault's alert has passed its `for` (30 m + 5 m rate).
-    steady: int = 45
+    iommu_reboot: tuple[int, int] = (3, 6)  # down from, back at
+    cstates_reboot: tuple[int, int] = (5, 8)
+    governor: int = 15
+    scheduler: int = 18
+    # The latency faults start here: after the reboots' degraded PGs and recovery have left
+    # the rules' 10-minute context window.
+    latency: int = 22
+    stalled: tuple[int, int] = (28, 32)
 
 
 @dataclass
@@ -248,18 +300,24 @@ class Fleet:
     faults: Faults
     timeline: Timeline
     seed: int
+    ops: Operations = field(default_factory=Operations)
 
     @classmethod
-    def build(cls, seed: int = 630, timeline: Timeline | None = None, clean: bool = False) -> Fleet:
-        """The reference fleet with the faults of ``Faults`` (none when ``clean``)."""
+    def build(
+        cls, seed: int = 630, timeline: Timeline | None = None, mode: str = "faulted"
+    ) -> Fleet:
+        """The reference fleet: with the faults of ``Faults`` (``faulted``), with the
+        operations of ``Operations`` and no fault (``operations``), or as it is
+        (``clean``)."""
         hosts: list[Host] = []
         next_id = 0
         # Spread the 18 ten-OSD nodes over the 68 (every 3rd-4th node).
         ten = {round(i * OSD_NODES / TEN_OSD_NODES) for i in range(TEN_OSD_NODES)}
-        faults = Faults.none() if clean else Faults()
+        faults = Faults() if mode == "faulted" else Faults.none()
         for i in range(OSD_NODES):
             name = f"ceph-osd-r6615-{i + 1:02d}"
-            kind = {faults.cstates: "cstates", faults.iommu: "iommu"}.get(name, "healthy")
+            # Hosts start as they were a week ago; reboots and switches change them later.
+            kind = {faults.rocksdb: "healthy", faults.pcie: "pcie"}.get(name, "healthy")
             host = Host(name, kind)
             for k in range(NVME_PER_NODE if i in ten else NVME_PER_NODE - 1):
                 host.osds.append(OSD(next_id, name, k))
@@ -268,10 +326,40 @@ class Fleet:
         assert next_id == OSD_COUNT, next_id
         for i in range(MON_NODES):
             hosts.append(Host(f"ceph-mon-{i + 1:02d}", "mon"))
-        if not clean:
-            slow = next(h for h in hosts if h.name == "ceph-osd-r6615-41").osds[3].id
-            faults = Faults(slow_osd=slow)
-        return cls(hosts, faults, timeline or Timeline(), seed)
+        by_name = {h.name: h for h in hosts}
+        ops = Operations()
+        if mode == "faulted":
+            faults = Faults(
+                slow_osd=by_name["ceph-osd-r6615-41"].osds[3].id,
+                failing_osd=by_name["ceph-osd-r6615-09"].osds[6].id,
+                stalled_osd=by_name["ceph-osd-r6615-36"].osds[2].id,
+                debug=(
+                    by_name["ceph-osd-r6615-60"].osds[0].id,
+                    by_name["ceph-osd-r6615-60"].osds[4].id,
+                    by_name["ceph-osd-r6615-30"].osds[1].id,
+                    by_name["ceph-osd-r6615-57"].osds[7].id,
+                ),
+            )
+        elif mode == "operations":
+            rng = _rng(seed, "recovery")
+            busy = [
+                o.id
+                for h in hosts
+                if h.name not in ("ceph-osd-r6615-50", "ceph-osd-r6615-11")
+                for o in h.osds
+            ]
+            ops = Operations(
+                exporter_restarts=(4, 40),
+                osd_restart=(by_name["ceph-osd-r6615-27"].osds[5].id, 12, 14),
+                drained=("ceph-osd-r6615-11", 8, 24, 30),
+                mgr_missed=17,
+                reboot=("ceph-osd-r6615-19", 36, 40),
+                maintenance=("ceph-osd-r6615-50", 44, 46, 56, 61, 60),
+                recovery_osds=tuple(sorted(rng.sample(busy, 40))),
+            )
+        elif mode != "clean":
+            raise ValueError(f"unknown fleet mode {mode!r}")
+        return cls(hosts, faults, timeline or Timeline(), seed, ops)
 
     @property
     def osds(self) -> list[OSD]:
@@ -342,7 +430,7 @@ SYNTHETIC = frozenset(
         "ceph_pool_metadata",
         "ceph_pg_laggy",
         "ceph_pg_wait",
-        *(f"ceph_pg_{state}" for state in MGR_QUIET_PG_STATES),
+        *(f"ceph_pg_{state}" for state in MGR_PG_STATES),
         "ceph_osd_flag_noout",
         "ceph_health_detail",  # never written: no health check fires in this fleet
         "ceph_healthcheck_slow_ops",
@@ -360,10 +448,31 @@ def known_names(snapshots: dict[str, Snapshot]) -> set[str]:
 
 
 def _node_variants() -> dict[str, dict[str, Any]]:
-    """The reference node descriptions with the one change each host kind has."""
+    """The reference node descriptions with the one change each host kind has.
+
+    Every OSD node also has a 1 GbE management port at MTU 1500, as real storage nodes do:
+    the R6615's LAN-on-motherboard Broadcom BCM5720 (PCI 14e4:165f, driver tg3; Dell's
+    16th-generation onboard name eno8303), on a management network that no Ceph daemon
+    listens on. Its PCI path and address are chosen."""
     from tests.fixtures.sysfsgen import load_node
 
     tuned = load_node("epyc9454p-tuned")
+    tuned["net"]["interfaces"].append(
+        {
+            "name": "eno8303",
+            "pci": "pci0000:00/0000:00:07.1/0000:0c:00.0",
+            "driver": "tg3",
+            "vendor": 0x14E4,
+            "device": 0x165F,
+            "numa_node": 0,
+            "mtu": 1500,
+            "speed": 1000,
+            "operstate": "up",
+            "address": "c4:cb:e1:a0:13:7e",
+            "addresses": ["192.168.100.11/24"],
+            "rings": {"rx": 511, "tx": 511, "rx_max": 2047, "tx_max": 511},
+        }
+    )
     cstates = copy.deepcopy(tuned)
     for state in cstates["cpuidle"]["states"]:
         if state["name"] == "C2":  # what tuned's idle-set -D 10 had disabled
@@ -372,10 +481,21 @@ def _node_variants() -> dict[str, dict[str, Any]]:
     iommu = copy.deepcopy(tuned)
     iommu["cmdline"] = " ".join(w for w in iommu["cmdline"].split() if w != "iommu=pt")
     iommu["iommu"]["type"] = "DMA-FQ"  # the x86 default since Linux 5.15 without iommu=pt
+    governor = copy.deepcopy(tuned)
+    governor["cpufreq"]["governor"] = "powersave"
+    scheduler = copy.deepcopy(tuned)
+    # One namespace back on the kernel's default (a udev rule lost in a package update);
+    # nr_requests follows (2 x min(depth, 128) with a scheduler, block/blk-mq-sched.c).
+    scheduler["block"]["devices"] = {"nvme3n1": {"scheduler": "mq-deadline", "nr_requests": 256}}
+    pcie = copy.deepcopy(tuned)
+    pcie["nvme"]["controllers"][5]["pci_attrs"] = {"current_link_width": 2}
     return {
         "healthy": tuned,
         "cstates": cstates,
         "iommu": iommu,
+        "governor": governor,
+        "scheduler": scheduler,
+        "pcie": pcie,
         "mon": load_node("epyc9454p-detuned"),
     }
 
@@ -603,6 +723,8 @@ class Writer:
         self.series = 0
         self.samples = 0
         self.names: set[str] = set()
+        # Which scrapes of a series exist (Generator.mask); None: every one.
+        self.mask: Callable[[str, Labels], list[bool] | None] | None = None
 
     def _file(self, block: int) -> TextIO:
         f = self.files.get(block)
@@ -613,6 +735,9 @@ class Writer:
 
     def write(self, name: str, labels: Labels, values: list[float | None]) -> None:
         """One series: a value (or None: no sample) at every time of ``times``."""
+        keep = self.mask(name, labels) if self.mask is not None else None
+        if keep is not None:
+            values = [v if k else None for v, k in zip(values, keep, strict=True)]
         prefix = _label_text(name, labels) + " "
         times = self.times
         wrote = False
@@ -676,8 +801,175 @@ class Generator:
             i += w.steps
         self.loads = [scenario.load(t, wk) for t, wk in zip(self.times, self.weeks, strict=True)]
         self.lats = [scenario.latency(t, wk) for t, wk in zip(self.times, self.weeks, strict=True)]
+        self._plan()
         self._laggy = self._laggy_pgs()
         self.blip = self._blip()
+
+    # ------------------------------------------------------------------ the plan
+
+    def _during(self, a: float, b: float) -> list[bool]:
+        """True at the main window's scrapes from minute ``a`` up to, not including, ``b``."""
+        return [
+            wk == 0 and a <= self.sc.minute(t) < b
+            for t, wk in zip(self.times, self.weeks, strict=True)
+        ]
+
+    def _plan(self) -> None:
+        """What runs, answers and serves at every scrape: exporters (up, restarted),
+        hosts (kind, boots), OSDs (running, counters restarted, in, purged), the mgr
+        (answering) and the cluster's PG states and flags."""
+        n = len(self.times)
+        f, ops, tl = self.fleet.faults, self.fleet.ops, self.fleet.timeline
+        hosts = self.fleet.hosts
+        self.by_instance = {h.instance: h for h in hosts}
+        self.kind_at = {h.name: [h.kind] * n for h in hosts}
+        host_down = {h.name: [False] * n for h in hosts}
+        missed = {h.name: [False] * n for h in hosts}  # the exporter alone missed a scrape
+        running = {o.id: [True] * n for o in self.fleet.osds}
+        osd_in = {o.id: [True] * n for o in self.fleet.osds}
+        exists = {o.id: [True] * n for o in self.fleet.osds}
+        self.slower: dict[int, list[float]] = {}  # extra op-latency factor of some OSDs
+        degraded, recovering, backfilling = [0.0] * n, [0.0] * n, [0.0] * n
+        self.noout = [0.0] * n
+        self.mgr_ok = [True] * n
+
+        def add(series: list[float], mask: list[bool], value: float) -> None:
+            for i, m in enumerate(mask):
+                if m:
+                    series[i] += value
+
+        def down(host: str, a: float, b: float, kind: str | None, recovery_to: float) -> None:
+            """A host down from minute a, back at b (as ``kind``), recovering until
+            ``recovery_to``."""
+            mask = self._during(a, b)
+            for i, m in enumerate(mask):
+                if m:
+                    host_down[host][i] = True
+            if kind:
+                for i, m in enumerate(self._during(b, math.inf)):
+                    if m:
+                        self.kind_at[host][i] = kind
+            pgs = len(self.fleet.host(host).osds) * RBD_PGS * RBD_SIZE / OSD_COUNT
+            add(degraded, self._during(a, b + 1), round(pgs))
+            add(recovering, self._during(b, recovery_to), round(pgs / 8))
+
+        if f.iommu:
+            down(f.iommu, *tl.iommu_reboot, "iommu", tl.iommu_reboot[1] + 2)
+        if f.cstates:
+            down(f.cstates, *tl.cstates_reboot, "cstates", tl.cstates_reboot[1] + 2)
+        for host, minute, kind in (
+            (f.governor, tl.governor, "governor"),
+            (f.scheduler, tl.scheduler, "scheduler"),
+        ):
+            if host:
+                for i, m in enumerate(self._during(minute, math.inf)):
+                    if m:
+                        self.kind_at[host][i] = kind
+        if ops.reboot:
+            host, a, b = ops.reboot
+            down(host, a, b, None, b + 2)
+        if ops.maintenance:
+            host, noout_on, a, b, rec_end, noout_off = ops.maintenance
+            down(host, a, b, None, rec_end)
+            add(self.noout, self._during(noout_on, noout_off), 1.0)
+            rec = self._during(b, rec_end)
+            for osd_id in ops.recovery_osds:
+                self.slower[osd_id] = [RECOVERY_SLOWDOWN if m else 1.0 for m in rec]
+        if ops.exporter_restarts:
+            a, b = ops.exporter_restarts
+            for k, h in enumerate(hosts):
+                minute = a + round(k * (b - a) / len(hosts))
+                for i, m in enumerate(self._during(minute, minute + 1)):
+                    missed[h.name][i] |= m
+        if ops.osd_restart:
+            osd_id, at, exporter_at = ops.osd_restart
+            mask = self._during(at, at + 1)
+            running[osd_id] = [r and not m for r, m in zip(running[osd_id], mask, strict=True)]
+            add(degraded, mask, round(RBD_PGS * RBD_SIZE / OSD_COUNT))
+            host = self.fleet.osd(osd_id).host
+            for i, m in enumerate(self._during(exporter_at, exporter_at + 1)):
+                missed[host][i] |= m
+        if ops.drained:
+            host, out_at, backfilled, purged = ops.drained
+            for o in self.fleet.host(host).osds:
+                osd_in[o.id] = [not m for m in self._during(out_at, math.inf)]
+                gone = self._during(purged, math.inf)
+                running[o.id] = [r and not g for r, g in zip(running[o.id], gone, strict=True)]
+                exists[o.id] = [not g for g in gone]
+            pgs = len(self.fleet.host(host).osds) * RBD_PGS * RBD_SIZE / OSD_COUNT
+            add(backfilling, self._during(out_at, backfilled), round(pgs / 10))
+        if ops.mgr_missed >= 0:
+            self.mgr_ok = [not m for m in self._during(ops.mgr_missed, ops.mgr_missed + 1)]
+
+        # Exporters: up unless the host is down or the exporter restarts; a fresh
+        # exporter's first scrape starts its windows, pools and kprofile counters over.
+        self.exp_up = {
+            h: [not (d or m) for d, m in zip(host_down[h], missed[h], strict=True)]
+            for h in host_down
+        }
+        self.exp_starts = {
+            h: {i for i in range(n) if up[i] and (i == 0 or not up[i - 1])}
+            for h, up in self.exp_up.items()
+        }
+        self.boots = {
+            h: {i for i in range(1, n) if not d[i] and d[i - 1]} for h, d in host_down.items()
+        }
+        for h in hosts:
+            for o in h.osds:
+                running[o.id] = [
+                    r and not d for r, d in zip(running[o.id], host_down[h.name], strict=True)
+                ]
+        self.osd_running = running
+        # An OSD's counters start over at its first scrape after it ran again.
+        self.osd_resets = {
+            o: {i for i in range(1, n) if r[i] and not r[i - 1] and exists[o][i]}
+            for o, r in running.items()
+        }
+        self.osd_in = osd_in
+        self.osd_exists = exists
+        # Ops an OSD serves: up and in.
+        self.serving = {
+            o: [1.0 if r and x else 0.0 for r, x in zip(running[o], osd_in[o], strict=True)]
+            for o in running
+        }
+        self.pg_states = {
+            "degraded": degraded,
+            "recovering": recovering,
+            "recovery_wait": [round(x / 2) for x in recovering],
+            "backfilling": backfilling,
+            "backfill_wait": [x * 3 for x in backfilling],
+        }
+        self._masks: dict[tuple[str, str], list[bool] | None] = {}
+
+    def mask(self, name: str, labels: Labels) -> list[bool] | None:
+        """Which scrapes of a series exist: its exporter (or the mgr) answered, and its
+        OSD ran (or, for the mgr, still existed). None: all of them."""
+        if name == "up":
+            return None
+        inst = labels.get("instance", "")
+        daemon = labels.get("ceph_daemon", "")
+        if not daemon and labels.get("subject", "").startswith("osd."):
+            daemon = labels["subject"]
+        if name == "cephnode_osd_laggy_pgs":
+            daemon = ""  # the pgs collector reports other hosts' OSDs from the PG map
+        key = (inst, daemon)
+        if key in self._masks:
+            return self._masks[key]
+        if inst == MGR_INSTANCE:
+            keep = list(self.mgr_ok)
+            if daemon:
+                keep = [
+                    k and e for k, e in zip(keep, self.osd_exists[int(daemon[4:])], strict=True)
+                ]
+        else:
+            host = self.by_instance[inst]
+            keep = list(self.exp_up[host.name])
+            if daemon:
+                run = self.osd_running[int(daemon[4:])]
+                keep = [k and r for k, r in zip(keep, run, strict=True)]
+        result = None if all(keep) else keep
+        self._masks[key] = result
+        return result
 
     def want(self, name: str) -> bool:
         return self.needed is None or name in self.needed
@@ -733,17 +1025,31 @@ class Generator:
         n = len(self.times)
         tgt = self.target(host)
         if self.want("up"):
-            w.write("up", tgt, [1.0] * n)
-        snap = self.snapshots[host.kind]
-        dynamic = self._cpuidle(host, snap)
-        for name, labels, value in snap.samples:
-            if not self.want(name) or self._synthetic(name, labels):
-                continue
+            w.write("up", tgt, [1.0 if up else 0.0 for up in self.exp_up[host.name]])
+        kinds = self.kind_at[host.name]
+        order = list(dict.fromkeys(kinds))
+        # Each series of the snapshots of the kinds the host has over time, with the
+        # value of the kind in effect at each scrape (None where that kind has none).
+        series: dict[tuple[str, frozenset], tuple[str, Labels, list[float | None]]] = {}
+        for kind in order:
+            at = [i for i in range(n) if kinds[i] == kind]
+            for name, labels, value in self.snapshots[kind].samples:
+                if not self.want(name) or self._synthetic(name, labels):
+                    continue
+                key = (name, frozenset(labels.items()))
+                if len(order) == 1:
+                    series[key] = (name, labels, [value] * n)
+                    continue
+                entry = series.setdefault(key, (name, labels, [None] * n))
+                for i in at:
+                    entry[2][i] = value
+        dynamic = self._cpuidle(host)
+        for key, (name, labels, values) in series.items():
             if name in CHECK_STATUS:
-                self._count(labels["check"], labels["subject"], CHECK_STATUS[name], [value] * n)
-            key = (name, frozenset(labels.items()))
-            values = dynamic.get(key)
-            w.write(name, {**labels, **tgt}, values if values is not None else [value] * n)
+                status = CHECK_STATUS[name]
+                self._count(labels["check"], labels["subject"], status, [v or 0.0 for v in values])
+            dyn = dynamic.get(key)
+            w.write(name, {**labels, **tgt}, dyn if dyn is not None else values)
         self._kprofile(w, host, tgt)
         if host.name == PGS_HOST:
             self._pgs_collector(w, tgt)
@@ -765,43 +1071,55 @@ class Generator:
             and labels.get("check") == "kernel.spinlock_iommu"
         )
 
-    def _cpuidle(self, host: Host, snap: Snapshot) -> dict[tuple[str, frozenset], list[float]]:
-        """C-state counters advanced from the snapshot: each state keeps its share of idle
-        time; idle time shrinks as the load swing makes the CPUs busier."""
+    def _cpuidle(self, host: Host) -> dict[tuple[str, frozenset], list[float]]:
+        """C-state counters advanced from the snapshots: each state keeps its share of idle
+        time in the kind of host it is at the time; idle time shrinks as the load swing
+        makes the CPUs busier; a boot starts them at 0."""
         names = ("time_seconds", "entries", "above", "below", "rejected", "wakeup_seconds")
         metrics = [f"cephnode_cpu_idle_state_{x}_total" for x in names]
         if not any(self.want(m) for m in metrics):
             return {}
-        cpus = next(v for n, _, v in snap.samples if n == "cephnode_cpu_idle_cpus")
-        enabled = {
-            lb["state"]: v
-            for n, lb, v in snap.samples
-            if n == "cephnode_cpu_idle_state_enabled_cpus"
-        }
-        totals = {
-            m: {lb["state"]: v for n, lb, v in snap.samples if n == m and "cpu" not in lb}
-            for m in metrics
-        }
-        time_rate = {
-            s: (v / snap.uptime_s if enabled.get(s, 0) > 0 else 0.0)
-            for s, v in totals[metrics[0]].items()
-        }
-        idle0 = sum(time_rate.values()) / cpus  # idle share of CPU time in the snapshot
-        busy0 = 1 - idle0
+        kinds = self.kind_at[host.name]
+        boots = self.boots[host.name]
+        per_kind: dict[str, tuple[dict[str, dict[str, float]], dict[str, float], float]] = {}
+        for kind in set(kinds):
+            snap = self.snapshots[kind]
+            cpus = next(v for n, _, v in snap.samples if n == "cephnode_cpu_idle_cpus")
+            enabled = {
+                lb["state"]: v
+                for n, lb, v in snap.samples
+                if n == "cephnode_cpu_idle_state_enabled_cpus"
+            }
+            totals = {
+                m: {lb["state"]: v for n, lb, v in snap.samples if n == m and "cpu" not in lb}
+                for m in metrics
+            }
+            time_rate = {
+                s: (v / snap.uptime_s if enabled.get(s, 0) > 0 else 0.0)
+                for s, v in totals[metrics[0]].items()
+            }
+            idle0 = sum(time_rate.values()) / cpus  # idle share of CPU time in the snapshot
+            per_kind[kind] = (totals, time_rate, idle0)
         rng = _rng(self.fleet.seed, "cpuidle", host.name)
         gaps = self.gaps()
         out: dict[tuple[str, frozenset], list[float]] = {}
         scale = []
         for i in range(len(self.times)):
-            busy = min(0.95, busy0 * self.loads[i] ** 0.7 * (1 + rng.gauss(0, 0.02)))
+            idle0 = per_kind[kinds[i]][2]
+            busy = min(0.95, (1 - idle0) * self.loads[i] ** 0.7 * (1 + rng.gauss(0, 0.02)))
             scale.append((1 - busy) / idle0 if idle0 > 0 else 0.0)
+        first = per_kind[kinds[0]][0]
         for m in metrics:
-            for state, start in totals[m].items():
-                base = totals[metrics[0]][state]
-                per_time = start / base if base > 0 else 0.0  # entries etc. per idle second
-                vals, acc = [], start
+            for state in first[m]:
+                vals, acc = [], first[m][state]
                 for i in range(len(self.times)):
-                    acc += time_rate[state] * scale[i] * gaps[i] * per_time
+                    totals, time_rate, _ = per_kind[kinds[i]]
+                    if i in boots:
+                        acc = 0.0
+                    base = totals[metrics[0]].get(state, 0.0)
+                    # entries etc. per idle second
+                    per_time = totals[m].get(state, 0.0) / base if base > 0 else 0.0
+                    acc += time_rate.get(state, 0.0) * scale[i] * gaps[i] * per_time
                     vals.append(round(acc, 6) if m.endswith("seconds_total") else float(round(acc)))
                 out[(m, frozenset({"state": state}.items()))] = vals
         return out
@@ -827,8 +1145,9 @@ class Generator:
             return
         per_window = 49 * 5 * 96
         classes = ("idle", "user", "kernel", "spinlock", "spinlock_iommu", "iommu")
-        iommu_share = {"iommu": 0.40, "mon": 0.25}.get(host.kind, 0.002)
-        counts = {c: [] for c in classes}
+        kinds = self.kind_at[host.name]
+        starts = self.exp_starts[host.name]
+        counts: dict[str, list[float]] = {c: [] for c in classes}
         acc = {
             c: float(_rng(self.fleet.seed, "kp0", host.name, c).randrange(10**6, 10**7))
             for c in classes
@@ -836,9 +1155,14 @@ class Generator:
         ratio, non_idle, end_ts, windows, sampled = [], [], [], [], []
         last_window = None
         win_n, sec = 0.0, 0.0
-        snap_idle = 0.78 if host.kind != "mon" else 0.95
         for i, t in enumerate(self.times):
+            iommu_share = {"iommu": 0.40, "mon": 0.25}.get(kinds[i], 0.002)
+            snap_idle = 0.78 if kinds[i] != "mon" else 0.95
             window = t // 60
+            if i in starts and i:
+                # A restarted exporter's sampler counts from 0.
+                acc = dict.fromkeys(classes, 0.0)
+                win_n, sec, last_window = 0.0, 0.0, None
             if window != last_window:
                 # Every window since the previous scrape (one at 60 s scrapes).
                 steps = 1 if last_window is None else window - last_window
@@ -934,32 +1258,65 @@ class Generator:
                 ]
                 w.write("cephnode_tuning_check_hash", {"check": check, **tgt}, values)
         if host.osds and self.want("cephnode_tuning_fact_hash"):
-            # cephnode_osd_info's labels without ceph_daemon (as _osd writes them).
-            value = state_hash([("objectstore=bluestore", f"version={CEPH_VERSION}")])
-            w.write("cephnode_tuning_fact_hash", {"fact": "osd_info", **tgt}, [value] * n)
+            # cephnode_osd_info's labels without ceph_daemon (as _osd writes them), of the
+            # OSDs running at each scrape; none running: no hash (scrape.py).
+            version = self.osd_version(host)
+            values: list[float | None] = []
+            for i in range(n):
+                items = [
+                    ("objectstore=bluestore", f"version={version}")
+                    for o in host.osds
+                    if self.osd_running[o.id][i]
+                ]
+                values.append(state_hash(items) if items else None)
+            w.write("cephnode_tuning_fact_hash", {"fact": "osd_info", **tgt}, values)
+
+    def osd_version(self, host: Host) -> str:
+        """The Ceph version of the host's OSDs: 17.2.7 (whose Debian build has the
+        unoptimised RocksDB, checks/osd.py) on the RocksDB fault's host."""
+        return "17.2.7" if host.name == self.fleet.faults.rocksdb else CEPH_VERSION
 
     # ------------------------------------------------------------------ laggy PGs
 
     def _laggy_pgs(self) -> dict[int, list[tuple[int, int, int, str]]]:
-        """Per time index in the laggy episode: PGs as (primary, replica, replica, state)."""
-        if not self.fleet.faults.laggy:
-            return {}
-        laggy_host = self.fleet.host(self.fleet.faults.laggy)
-        others = [h for h in self.fleet.hosts if h.osds and h.name != laggy_host.name]
+        """Per time index of a laggy episode: PGs as (primary, replica, replica, state).
+        Two causes: a host whose network stalls (its OSDs in every PG, as primary in a
+        third), and one replica OSD that stops answering (a replica of every one)."""
+        f, tl = self.fleet.faults, self.fleet.timeline
         out: dict[int, list[tuple[int, int, int, str]]] = {}
-        for i, t in enumerate(self.times):
-            if not self.sc.in_laggy(t, self.weeks[i]):
-                continue
-            rng = _rng(self.fleet.seed, "laggy", t)
-            pgs = []
-            for state, count in (("laggy", rng.randint(10, 35)), ("wait", rng.randint(0, 4))):
-                for _ in range(count):
-                    bad = rng.choice(laggy_host.osds).id
-                    a, b = rng.sample(others, 2)
-                    x, y = rng.choice(a.osds).id, rng.choice(b.osds).id
-                    # The flapping host's OSD is the primary in a third of them.
-                    pgs.append((bad, x, y, state) if rng.random() < 1 / 3 else (x, bad, y, state))
-            out[i] = pgs
+        if f.laggy:
+            laggy_host = self.fleet.host(f.laggy)
+            others = [h for h in self.fleet.hosts if h.osds and h.name != laggy_host.name]
+            for i, t in enumerate(self.times):
+                if not self.sc.in_laggy(t, self.weeks[i]):
+                    continue
+                rng = _rng(self.fleet.seed, "laggy", t)
+                pgs = []
+                for state, count in (("laggy", rng.randint(10, 35)), ("wait", rng.randint(0, 4))):
+                    for _ in range(count):
+                        bad = rng.choice(laggy_host.osds).id
+                        a, b = rng.sample(others, 2)
+                        x, y = rng.choice(a.osds).id, rng.choice(b.osds).id
+                        # The stalled host's OSD is the primary in a third of them.
+                        pgs.append(
+                            (bad, x, y, state) if rng.random() < 1 / 3 else (x, bad, y, state)
+                        )
+                out[i] = pgs
+        if f.stalled_osd >= 0:
+            stalled = self.fleet.osd(f.stalled_osd)
+            others = [h for h in self.fleet.hosts if h.osds and h.name != stalled.host]
+            for i, m in enumerate(self._during(*tl.stalled)):
+                if not m:
+                    continue
+                rng = _rng(self.fleet.seed, "stalled", self.times[i])
+                pgs = out.setdefault(i, [])
+                # The PGs it is a replica of with writes in flight (of its ~104).
+                for state, count in (("laggy", rng.randint(20, 45)), ("wait", rng.randint(0, 3))):
+                    for _ in range(count):
+                        a, b = rng.sample(others, 2)
+                        pgs.append(
+                            (rng.choice(a.osds).id, stalled.id, rng.choice(b.osds).id, state)
+                        )
         return out
 
     def _pgs_collector(self, w: Writer, tgt: Labels) -> None:
@@ -984,14 +1341,22 @@ class Generator:
 
     def _blip(self) -> tuple[int, int]:
         """(time index, OSD id) of the one slow op: the first scrape at or after the blip
-        minute, on a random OSD of a healthy host."""
+        minute, on a random OSD of a host that no fault or operation touches."""
         rng = _rng(self.fleet.seed, "blip")
+        touched = {o.host for o in self.fleet.osds if self.slower.get(o.id)}
+        touched |= {h for h, boots in self.boots.items() if boots}
+        touched |= {h for h, k in self.kind_at.items() if len(set(k)) > 1}
+        f = self.fleet.faults
+        for osd_id in (f.slow_osd, f.failing_osd, f.stalled_osd, *f.debug):
+            if osd_id >= 0:
+                touched.add(self.fleet.osd(osd_id).host)
+        touched |= {f.laggy, f.slow_host, f.rocksdb, f.pcie}
         healthy = [
             o
             for h in self.fleet.hosts
-            if h.kind == "healthy"
-            and h.name not in (self.fleet.faults.laggy, self.fleet.faults.debug)
+            if h.kind == "healthy" and h.name not in touched
             for o in h.osds
+            if all(self.osd_running[o.id]) and all(self.osd_in[o.id])
         ]
         osd = rng.choice(healthy).id
         idx = next(
@@ -1014,32 +1379,61 @@ class Generator:
         srng = _rng(seed, "osd-static", osd.id)
         pgs = min(195, max(60, round(srng.gauss(RBD_PGS * RBD_SIZE / OSD_COUNT, 12))))
         weight = pgs / (RBD_PGS * RBD_SIZE / OSD_COUNT)  # its share of the ops
-        osd_factor = math.exp(srng.gauss(0, 0.06)) * math.exp(
-            _rng(seed, "host", host.name).gauss(0, 0.04)
-        )
+        host_factor = math.exp(_rng(seed, "host", host.name).gauss(0, 0.04))
+        osd_factor = math.exp(srng.gauss(0, 0.06)) * host_factor
         commit_factor = math.exp(srng.gauss(0, 0.05))
         rng = _rng(seed, "osd", osd.id)
         gaps = self.gaps()
 
-        # Latency multiplier per time (fleet load, faults, AR(1) wander).
+        # Latency multiplier per time (fleet load, faults, AR(1) wander), and extra
+        # factors per op type and per stage.
         lat = []
         wander = 0.0
         debug = []
+        kinds = self.kind_at[host.name]
+        onset = self._during(self.fleet.timeline.latency, math.inf)
+        slower = self.slower.get(osd.id)
+        rocksdb_build = host.name == faults.rocksdb
         for i, t in enumerate(self.times):
             wk = self.weeks[i]
             wander = 0.8 * wander + rng.gauss(0, 0.03)
             f = osd_factor * (1 + (self.lats[i] - 1) * weight**1.5) * math.exp(wander)
-            if host.kind == "cstates":
+            if kinds[i] == "cstates":
                 f *= 1.12
-            elif host.kind == "iommu":
+            elif kinds[i] == "iommu":
                 f *= 1.1 + 0.08 * self.loads[i]
-            if osd.id == faults.slow_osd:
+            elif kinds[i] == "governor":
+                f *= 1.06
+            if rocksdb_build:
+                f *= 1.15  # RocksDB's CPU time is on the op path
+            if onset[i] and osd.id == faults.slow_osd:
                 f *= 3.0
-            dbg = host.name == faults.debug and self.sc.debug_on(t, wk)
+            if onset[i] and host.name == faults.slow_host:
+                # 1.3 times the fleet: its OSDs' median 1.3 times the typical OSD's, whatever
+                # the host's and its OSDs' own spread.
+                f *= 1.3 / (host_factor * self._median_osd_factor(host))
+            if slower:
+                f *= slower[i]
+            dbg = osd.id in faults.debug and self.sc.debug_on(t, wk)
             debug.append(dbg)
             if dbg:
                 f *= 1.08
             lat.append(f)
+        failing = [m and osd.id == faults.failing_osd for m in onset]
+        # A failing drive: every write waits for it (commit and WAL sync 8x), reads that
+        # miss the cache too.
+        op_extra = {
+            "read": [2.0 if x else 1.0 for x in failing],
+            "write": [3.0 if x else 1.0 for x in failing],
+            "readwrite": [3.0 if x else 1.0 for x in failing],
+        }
+        device_f = [8.0 if x else 1.0 for x in failing]
+        # An unoptimised RocksDB build: its CPU-bound calls 3x, the commit a little.
+        kv_cpu = 3.0 if rocksdb_build else 1.0
+        kv_sync = 1.3 if rocksdb_build else 1.0
+        serving = self.serving[osd.id]
+        resets = self.osd_resets[osd.id]
+        starts = self.exp_starts[host.name]
 
         # Blocked share of this OSD's client ops (as primary) while its PGs are laggy.
         primary_pgs = pgs / RBD_SIZE
@@ -1058,7 +1452,10 @@ class Generator:
         want_hist = self.want_any(*hist_names, QUANTILE_NAME, *HOST_HIST_NAMES)
         op_hists: dict[str, dict[str, Any]] = {}
         for op in OPS:
-            counts = self._op_counts(rng, srng, op, weight, lat, blocked, gaps, want_hist)
+            op_lat = [a * b for a, b in zip(lat, op_extra[op], strict=True)]
+            counts = self._op_counts(
+                rng, srng, op, weight, op_lat, blocked, gaps, want_hist, serving, resets
+            )
             ops_per_step[op] = counts["ops"]
             if want_hist:
                 op_hists[op] = counts
@@ -1071,33 +1468,38 @@ class Generator:
                 if self.want(hist_names[2]):
                     w.write(hist_names[2], labels, counts["sum"])
                 if self.want(QUANTILE_NAME):
-                    w.write(QUANTILE_NAME, {**labels, "quantile": "0.99"}, self._p99(counts))
+                    w.write(
+                        QUANTILE_NAME, {**labels, "quantile": "0.99"}, self._p99(counts, starts)
+                    )
         total_ops = [sum(ops_per_step[op][i] for op in OPS) for i in range(n)]
         start_total = srng.randrange(10**9, 3 * 10**9)
+        ops_total = _cumulative(start_total, total_ops, resets)
         if self.want("cephnode_osd_ops_total"):
-            w.write("cephnode_osd_ops_total", d, _cumulative(start_total, total_ops))
+            w.write("cephnode_osd_ops_total", d, ops_total)
         writes = ops_per_step["write"]
         reads = ops_per_step["read"]
 
         # Stage summaries: events per step and their mean latency.
         load_lat = [1 + 0.3 * (self.lats[i] - 1) for i in range(n)]
-        dbg_f = [1.05 if debug[i] else 1.0 for i in range(n)]
+        dbg_f = [(1.05 if debug[i] else 1.0) * kv_cpu for i in range(n)]
+        sync_f = [load_lat[i] * device_f[i] * kv_sync for i in range(n)]
+        get_f = [dbg_f[i] * (1.5 if failing[i] else 1.0) for i in range(n)]
         stages = {
             "cephnode_osd_bluestore_commit_latency_seconds": (
                 [3 * x for x in writes],
                 0.00045 * commit_factor,
-                load_lat,
+                sync_f,
             ),
             "cephnode_osd_rocksdb_get_latency_seconds": (
                 [round(0.3 * r + x) for r, x in zip(reads, writes, strict=True)],
                 9e-6,
-                dbg_f,
+                get_f,
             ),
             "cephnode_osd_rocksdb_submit_latency_seconds": ([3 * x for x in writes], 22e-6, dbg_f),
             "cephnode_osd_rocksdb_submit_sync_latency_seconds": (
                 [x // 2 for x in writes],
                 0.00035 * commit_factor,
-                load_lat,
+                sync_f,
             ),
             "cephnode_osd_op_queue_wait_seconds": (
                 total_ops,
@@ -1114,9 +1516,11 @@ class Generator:
             count_start = srng.randrange(10**8, 10**9)
             sum_vals, acc = [], count_start * mean
             for i in range(n):
+                if i in resets:
+                    acc = 0.0
                 acc += events[i] * mean * factor[i] * math.exp(rng.gauss(0, 0.03))
                 sum_vals.append(round(acc, 6))
-            counts = _cumulative(count_start, events)
+            counts = _cumulative(count_start, events, resets)
             if self.want(f"{name}_count"):
                 w.write(f"{name}_count", d, counts)
             if self.want(f"{name}_sum"):
@@ -1124,7 +1528,7 @@ class Generator:
             if want_mean:
                 # The exporter's mean over its window, from the same reads.
                 labels = {"stage": stage, **d} if stage else d
-                w.write(gauge, labels, [r for r, _ in self._window(sum_vals, counts)])
+                w.write(gauge, labels, [r for r, _ in self._window(sum_vals, counts, starts)])
 
         # CPU time in USER_HZ ticks: per op and a floor for the OSD's own threads.
         cpu_names = (
@@ -1137,8 +1541,10 @@ class Generator:
             for mode, per_op, floor in (("user", 28e-6, 0.05), ("system", 18e-6, 0.03)):
                 ticks, acc = [], srng.randrange(10**6, 10**7)
                 for i in range(n):
+                    if i in resets:
+                        acc = 0
                     f = 1.3 if debug[i] else 1.0
-                    if host.kind == "iommu" and mode == "system":
+                    if kinds[i] == "iommu" and mode == "system":
                         f *= 1.8  # spinning in the IOVA allocator is system time
                     acc += round((total_ops[i] * per_op * f + floor * gaps[i]) * 100)
                     ticks.append(acc / 100)
@@ -1147,7 +1553,7 @@ class Generator:
                     w.write(cpu_names[0], {"mode": mode, **d}, ticks)
             # The exporter's CPU per op over its window, and the increases the host's
             # figure adds up (run()).
-            per_op_window = self._window(cpu_total, _cumulative(start_total, total_ops))
+            per_op_window = self._window(cpu_total, ops_total, starts)
             if self.want(cpu_names[1]):
                 w.write(cpu_names[1], d, [r for r, _ in per_op_window])
             self._cpu_increases.append([inc for _, inc in per_op_window])
@@ -1168,7 +1574,7 @@ class Generator:
         if self.want("cephnode_osd_info"):
             w.write(
                 "cephnode_osd_info",
-                {"version": CEPH_VERSION, "objectstore": "bluestore", **d},
+                {"version": self.osd_version(host), "objectstore": "bluestore", **d},
                 [1.0] * n,
             )
         if self.want("cephnode_osd_device_info"):
@@ -1186,10 +1592,15 @@ class Generator:
         ):
             self._in_flight(w, d, osd, writes, total_ops, lat, blocked, rng)
 
-        # Per-OSD checks: osd.debug_levels follows the debug levels, the others pass
-        # (PGs 50-200, one NUMA node, RocksDB fixed in 17.2.8).
+        # Per-OSD checks: osd.debug_levels follows the debug levels, osd.rocksdb_build
+        # fails on 17.2.7, the others pass (PGs 50-200, one NUMA node).
         for check, severity in self.osd_checks.items():
-            deviates = [float(x) for x in debug] if check == "osd.debug_levels" else [0.0] * n
+            if check == "osd.debug_levels":
+                deviates = [float(x) for x in debug]
+            elif check == "osd.rocksdb_build":
+                deviates = [float(rocksdb_build)] * n
+            else:
+                deviates = [0.0] * n
             self._check(w, tgt, check, osd.ceph_daemon, severity, deviates)
         if self.want("cephnode_osd_debug_level_info"):
             vals: list[float | None] = [1.0 if x else None for x in debug]
@@ -1203,16 +1614,30 @@ class Generator:
             w.write("cephnode_osd_debug_nonzero_subsystems", d, [1.0 if x else 0.0 for x in debug])
         return op_hists
 
+    def _median_osd_factor(self, host: Host) -> float:
+        """The median of the host's OSDs' static latency factors (as _osd draws them)."""
+        factors = []
+        for osd in host.osds:
+            srng = _rng(self.fleet.seed, "osd-static", osd.id)
+            srng.gauss(0, 12)  # the PG count's draw
+            factors.append(math.exp(srng.gauss(0, 0.06)))
+        factors.sort()
+        mid = len(factors) // 2
+        return factors[mid] if len(factors) % 2 else (factors[mid - 1] + factors[mid]) / 2
+
     def _window(
-        self, num: list[float], den: list[float]
+        self, num: list[float], den: list[float], starts: set[int]
     ) -> list[tuple[float | None, tuple[float, float, float] | None]]:
         """The exporter's CounterWindow over two counters read at every time: the ratio of
-        their increases (None below 1 event/s of ``den``) and (elapsed, num, den) increases."""
+        their increases (None below 1 event/s of ``den``) and (elapsed, num, den) increases.
+        A restarted exporter (``starts``) starts a new window."""
         from cephnode_exporter.ceph import latency
 
         win = latency.CounterWindow(LATENCY_WINDOW_S)
         out: list[tuple[float | None, tuple[float, float, float] | None]] = []
         for i, t in enumerate(self.times):
+            if i in starts:
+                win = latency.CounterWindow(LATENCY_WINDOW_S)
             win.observe(float(t), (num[i], den[i]))
             inc = win.increase()
             out.append((win.ratio(0, 1), None if inc is None else (inc[0], *inc[1])))
@@ -1222,7 +1647,14 @@ class Generator:
         """The exporter's cephnode_osd_sockets: the host's OSDs (0 on a MON node)."""
         name = "cephnode_osd_sockets"
         if self.want(name):
-            w.write(name, self.target(host), [float(len(host.osds))] * len(self.times))
+            w.write(
+                name,
+                self.target(host),
+                [
+                    float(sum(self.osd_running[o.id][i] for o in host.osds))
+                    for i in range(len(self.times))
+                ],
+            )
 
     def _host_cpu_per_op(self, w: Writer, host: Host) -> None:
         """The exporter's cephnode_osd_host_cpu_seconds_per_op: the OSDs' CPU increases
@@ -1239,14 +1671,16 @@ class Generator:
             values.append(cpu / ops if ops > 0 and rate >= 1 else None)
         w.write(name, self.target(host), values)
 
-    def _p99(self, counts: dict[str, Any]) -> list[float | None]:
+    def _p99(self, counts: dict[str, Any], starts: set[int]) -> list[float | None]:
         """The exporter's p99 gauge at every time: its own LatencyWindow fed with the
-        OSD's cumulative histogram as read at each scrape."""
+        OSD's cumulative histogram as read at each scrape (a new one when it restarts)."""
         from cephnode_exporter.ceph import latency
 
         win = latency.LatencyWindow(LATENCY_WINDOW_S)
         out: list[float | None] = []
         for i, t in enumerate(self.times):
+            if i in starts:
+                win = latency.LatencyWindow(LATENCY_WINDOW_S)
             buckets = [(e, counts["buckets"][k][i]) for k, e in enumerate(self.edges)]
             win.observe(float(t), buckets, counts["sum"][i])
             out.append(win.quantile(0.99))
@@ -1264,6 +1698,7 @@ class Generator:
 
         n = len(self.times)
         labels = {"media": MEDIA, **self.target(host)}
+        starts = self.exp_starts[host.name]
         for op in OPS:
             pool = latency.PooledHistogram()
             window = latency.LatencyWindow(LATENCY_WINDOW_S)
@@ -1271,13 +1706,20 @@ class Generator:
             sums: list[float | None] = [None] * n
             quantiles: dict[float, list[float | None]] = {q: [None] * n for q in HOST_QUANTILES}
             for i, t in enumerate(self.times):
+                if i in starts:
+                    # A restarted exporter: a new pool, whose first reads are its start.
+                    pool = latency.PooledHistogram()
+                    window = latency.LatencyWindow(LATENCY_WINDOW_S)
                 for osd, counts in zip(host.osds, per_osd, strict=True):
+                    if not self.osd_running[osd.id][i]:
+                        pool.forget(osd.ceph_daemon)  # its socket is gone
+                        continue
                     c = counts[op]
                     pool.update(
                         osd.ceph_daemon,
                         [(e, c["buckets"][k][i]) for k, e in enumerate(self.edges)],
                         c["sum"][i],
-                        initial=i == 0,
+                        initial=i in starts,
                     )
                 for k, (_, v) in enumerate(pool.buckets()):
                     buckets[k][i] = v
@@ -1307,18 +1749,16 @@ class Generator:
         blocked: list[float],
         gaps: list[float],
         want_hist: bool,
+        serving: list[float],
+        resets: set[int],
     ) -> dict[str, Any]:
-        """Ops per scrape interval, their cumulative buckets and latency sum."""
+        """Ops per scrape interval, their cumulative buckets and latency sum; none while
+        the OSD serves none, from 0 after it restarted."""
         n = len(self.times)
         edges = self.edges  # ascending, last = +Inf
         nb = len(edges)
         logs = [math.log(e) if math.isfinite(e) else math.inf for e in edges]
-        # A representative latency per bucket (geometric middle; the first from 50 us).
-        lows = [edges[0] / 2, *edges[:-1]]
-        reps = [
-            math.sqrt(lo * hi) if math.isfinite(hi) else lo * 1.5
-            for lo, hi in zip(lows, edges, strict=True)
-        ]
+        lows = [edges[0] / 2, *edges[:-1]]  # each bucket's lower edge (the first from 50 us)
         start = srng.randrange(10**8, 10**9) if op != "readwrite" else srng.randrange(10**6, 10**7)
         # Initial cumulative buckets: the start count spread as at base latency.
         base_cdf = self._cdf(math.log(OP_MEDIAN[op]), logs)
@@ -1330,7 +1770,10 @@ class Generator:
         sums = [0.0] * n
         total_sum = start * OP_MEDIAN[op] * 1.1
         for i in range(n):
-            lam = OP_RATE[op] * weight * self.loads[i] * gaps[i]
+            lam = OP_RATE[op] * weight * self.loads[i] * gaps[i] * serving[i]
+            if i in resets:
+                acc = [0.0] * nb
+                total_sum = 0.0
             if not want_hist:
                 ops.append(poisson(rng, lam))
                 continue
@@ -1350,8 +1793,15 @@ class Generator:
                 c = poisson(rng, lam * share)
                 running += c
                 acc[k] += running  # cumulative: bucket k holds every op up to its edge
-                total_sum += c * reps[k]
                 buckets[k][i] = acc[k]
+            # The latency sum from the mixture's exact mean (the buckets only bound each
+            # op's latency): an op 1.3 times slower adds 1.3 times as much, so the rules'
+            # means (sum over count) see the factor the scenario applied. Blocked ops take
+            # 1.4 s on average (uniform 0.3-2.5 s).
+            mean = (1 - TAIL_SHARE) * math.exp(mu + BODY_SIGMA**2 / 2) + TAIL_SHARE * math.exp(
+                mu + math.log(TAIL_FACTOR) + TAIL_SIGMA**2 / 2
+            )
+            total_sum += running * ((1 - block) * mean + block * 1.4)
             sums[i] = round(total_sum, 6)
             ops.append(int(running))
         return {"ops": ops, "buckets": buckets, "sum": sums, "start": start}
@@ -1381,21 +1831,36 @@ class Generator:
         blocked: list[float],
         rng: random.Random,
     ) -> None:
-        """Little's law per flag point; the one slow op of the blip."""
+        """Little's law per flag point; the one slow op of the blip; slow ops of laggy
+        PGs once an episode has lasted a scrape (past osd_op_complaint_time, 30 s): the
+        primaries' writes wait for the replica (``waiting for sub ops``), their reads for a
+        read lease (``waiting for readable``, which the exporter counts as ``other``), and
+        a stalled OSD's own ops never leave ``started``."""
         n = len(self.times)
         blip_i, blip_osd = self.blip
         gaps = [g or self.sc.step_s for g in self.gaps()]
-        waiting, started, slow, oldest, in_flight = [], [], [], [], []
+        stalled = osd.id == self.fleet.faults.stalled_osd
+        stall = self._during(*self.fleet.timeline.stalled) if stalled else [False] * n
+        points = ("waiting for sub ops", "other", "started")
+        slow_by: dict[str, list[float]] = {p: [0.0] * n for p in points}
+        waiting, started, oldest, in_flight = [], [], [], []
         for i in range(n):
             wait_n = poisson(rng, writes[i] / gaps[i] * 0.0006 * lat[i] + 40 * blocked[i])
             start_n = poisson(rng, total[i] / gaps[i] * 0.0003 * lat[i])
-            s = 1 if (i == blip_i and osd.id == blip_osd) else 0
-            start_n += s
+            long_laggy = blocked[i] > 0 and (i - 1) in self._laggy
+            if i == blip_i and osd.id == blip_osd:
+                slow_by["started"][i] += 1
+            if long_laggy:
+                slow_by["waiting for sub ops"][i] += 1 + poisson(rng, 3)
+                slow_by["other"][i] += poisson(rng, 2)
+            if stall[i] and i and stall[i - 1]:
+                slow_by["started"][i] += 3
+            start_n += int(slow_by["started"][i])
+            wait_n += int(slow_by["waiting for sub ops"][i])
             waiting.append(float(wait_n) if wait_n else None)
             started.append(float(start_n) if start_n else None)
-            slow.append(float(s))
-            if s:
-                age = 31.0  # one op just past osd_op_complaint_time (30 s)
+            if any(slow_by[p][i] for p in points):
+                age = 31.0 if not (long_laggy or stall[i]) else 60.0 + rng.uniform(0, 30)
             elif blocked[i] and wait_n:
                 age = round(rng.uniform(0.3, 2.5), 3)
             elif wait_n or start_n:
@@ -1403,14 +1868,18 @@ class Generator:
             else:
                 age = 0.0
             oldest.append(age)
-            in_flight.append(float(wait_n + start_n))
+            in_flight.append(float(wait_n + start_n + slow_by["other"][i]))
+        slow = [sum(slow_by[p][i] for p in points) for i in range(n)]
         if self.want("cephnode_osd_slow_ops"):
             w.write("cephnode_osd_slow_ops", d, slow)
         if self.want("cephnode_osd_slow_ops_by_flag_point"):
-            # The blip's op is a started one (counted in start_n above).
-            w.write(
-                "cephnode_osd_slow_ops_by_flag_point", {"flag_point": "started", **d}, _sparse(slow)
-            )
+            for point, vals in slow_by.items():
+                if any(vals):
+                    w.write(
+                        "cephnode_osd_slow_ops_by_flag_point",
+                        {"flag_point": point, **d},
+                        _sparse(vals),
+                    )
         if self.want("cephnode_osd_ops_in_flight"):
             w.write("cephnode_osd_ops_in_flight", d, in_flight)
         if self.want("cephnode_osd_oldest_op_age_seconds"):
@@ -1428,7 +1897,7 @@ class Generator:
         n = len(self.times)
         tgt = self.mgr_target
         if self.want("up"):
-            w.write("up", tgt, [1.0] * n)
+            w.write("up", tgt, [1.0 if ok else 0.0 for ok in self.mgr_ok])
         if self.want("ceph_osd_metadata"):
             for osd in self.fleet.osds:
                 labels = {
@@ -1443,10 +1912,12 @@ class Generator:
                     "ceph_version": CEPH_VERSION_LONG,
                 }
                 w.write("ceph_osd_metadata", {**labels, **tgt}, [1.0] * n)
-        for name in ("ceph_osd_up", "ceph_osd_in"):
+        # A purged OSD leaves every mgr series (Writer.mask); a stopped one is down.
+        for name, state in (("ceph_osd_up", self.osd_running), ("ceph_osd_in", self.osd_in)):
             if self.want(name):
                 for osd in self.fleet.osds:
-                    w.write(name, {"ceph_daemon": osd.ceph_daemon, **tgt}, [1.0] * n)
+                    values = [1.0 if x else 0.0 for x in state[osd.id]]
+                    w.write(name, {"ceph_daemon": osd.ceph_daemon, **tgt}, values)
         if self.want("ceph_pool_metadata"):
             for pool_id, pool in POOLS.items():
                 w.write(
@@ -1471,17 +1942,22 @@ class Generator:
                     for i, pgs in self._laggy.items():
                         vals[i] = float(sum(1 for p in pgs if p[3] == state))
                 w.write(name, {"pool_id": pool_id, **tgt}, vals)
-        for state in MGR_QUIET_PG_STATES:
+        for state in MGR_PG_STATES:
             name = f"ceph_pg_{state}"
             if self.want(name):
                 for pool_id in POOLS:
-                    w.write(name, {"pool_id": pool_id, **tgt}, [0.0] * n)
+                    values = self.pg_states[state] if pool_id == RBD_POOL else [0.0] * n
+                    w.write(name, {"pool_id": pool_id, **tgt}, values)
         if self.want("ceph_osd_flag_noout"):
-            w.write("ceph_osd_flag_noout", tgt, [0.0] * n)
+            w.write("ceph_osd_flag_noout", tgt, self.noout)
         if self.want("ceph_healthcheck_slow_ops"):
             w.write("ceph_healthcheck_slow_ops", tgt, [0.0] * n)
         if self.want("ceph_health_status"):
-            w.write("ceph_health_status", tgt, [1.0 if i in self._laggy else 0.0 for i in range(n)])
+            warn = [
+                i in self._laggy or self.noout[i] > 0 or any(v[i] for v in self.pg_states.values())
+                for i in range(n)
+            ]
+            w.write("ceph_health_status", tgt, [1.0 if x else 0.0 for x in warn])
 
 
 def _sparse(values: list[float]) -> list[float | None]:
@@ -1491,9 +1967,14 @@ def _sparse(values: list[float]) -> list[float | None]:
     return [v if v else (0.0 if i and values[i - 1] else None) for i, v in enumerate(values)]
 
 
-def _cumulative(start: float, increments: Iterable[float]) -> list[float]:
+def _cumulative(
+    start: float, increments: Iterable[float], resets: set[int] = frozenset()
+) -> list[float]:
+    """A counter from ``start``: it starts over at 0 at the indices of ``resets``."""
     out, acc = [], float(start)
-    for x in increments:
+    for i, x in enumerate(increments):
+        if i in resets:
+            acc = 0.0
         acc += x
         out.append(acc)
     return out
@@ -1536,81 +2017,201 @@ class Expect:
         return alertname == self.alertname and all(labels.get(k) == v for k, v in self.labels)
 
 
-def expected_alerts(fleet: Fleet, for_of: Callable[[str], float]) -> list[Expect]:
-    """The alerts the injected faults must raise, and when. ``for_of`` gives an alert's
-    `for` in minutes (read from the rule files, so the timing follows the rules; the
-    faults themselves, and what they must raise, are this module's)."""
-    f, tl = fleet.faults, fleet.timeline
-    inst = {name: f"{name}:{EXPORTER_PORT}" for name in (f.cstates, f.iommu, f.laggy, f.debug)}
-    slow = fleet.osd(f.slow_osd)
-    slow_inst = f"{slow.host}:{EXPORTER_PORT}"
+# Which alert a failing or warning check raises on an OSD host, and the label that names
+# its subject (alerts/cephnode-alerts.yml); any other check raises CephNodeTuningCheckFailed.
+CHECK_ALERTS: dict[str, tuple[str, str | None]] = {
+    "cpu.cstates": ("CephNodeDeepCStatesEnabled", None),
+    "cpu.governor": ("CephNodeCPUGovernor", None),
+    "iommu.nvme": ("CephNodeIOMMUTranslatingNVMe", "controller"),
+    "nvme.scheduler": ("CephNodeNVMeScheduler", "device"),
+    "nvme.pcie_link": ("CephNodePCIeLinkDegraded", "controller"),
+    "net.mtu": ("CephNodeNetworkMTU", "device"),
+    "net.rings": ("CephNodeNetworkRings", "device"),
+    "tuned.profile": ("CephNodeTunedProfile", None),
+    "osd.debug_levels": ("CephNodeOSDDebugLogging", "ceph_daemon"),
+    "osd.rocksdb_build": ("CephNodeRocksDBUnoptimised", "ceph_daemon"),
+}
 
-    def chronic(name: str, labels: tuple[tuple[str, str], ...], window: float = 0) -> Expect:
-        # Present from the first scrape: pending at once (or once a rate window has two
-        # samples), firing `for` later; `window` minutes of rate window may delay it.
-        return Expect(name, labels, for_of(name), for_of(name) + window + 2)
+
+def _failing(snap: Snapshot) -> set[tuple[str, str]]:
+    return {
+        (lb["check"], lb["subject"])
+        for n, lb, v in snap.samples
+        if n in CHECK_STATUS and v == 1 and not lb["check"].startswith("osd.")
+    }
+
+
+def _check_alert(
+    check: str, subject: str, instance: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    name, key = CHECK_ALERTS.get(check, ("CephNodeTuningCheckFailed", "subject"))
+    if check.startswith("sysctl."):
+        return "CephNodeSysctlDrift", (("instance", instance), ("sysctl", check[7:]))
+    labels = [("instance", instance), ("check", check)]
+    if key and subject:
+        labels.append((key, subject))
+    return name, tuple(labels)
+
+
+def expected_alerts(
+    fleet: Fleet, for_of: Callable[[str], float], snapshots: dict[str, Snapshot] | None = None
+) -> list[Expect]:
+    """The alerts the injected faults must raise, and when; alerts that may fire (never
+    must) are ``optional`` Expects. ``for_of`` gives an alert's `for` in minutes (read
+    from the rule files, so the timing follows the rules; the faults themselves, and what
+    they must raise, are this module's). ``snapshots`` give the host kinds' failing checks
+    (the exporter's own results); without them, only the fleet's own faults count."""
+    f, tl, ops = fleet.faults, fleet.timeline, fleet.ops
+
+    def inst(host: str) -> str:
+        return f"{host}:{EXPORTER_PORT}"
 
     def event(
-        name: str, labels: tuple[tuple[str, str], ...], start: float, end: float, grace: float = 3.0
+        name: str,
+        labels: tuple[tuple[str, str], ...],
+        start: float,
+        end: float | None = None,
+        grace: float = 3.0,
+        window: float = 0,
     ) -> Expect:
-        return Expect(
-            name, labels, start + for_of(name), start + for_of(name) + 2, end, grace, since=start
-        )
+        # Pending once the fault shows (or once a rate window has two samples), firing
+        # `for` later; `window` minutes of rate or mean window may delay it.
+        by = start + for_of(name) + window + 2
+        return Expect(name, labels, start + for_of(name), by, end, grace, since=start)
 
-    out = [
-        chronic(
-            "CephNodeDeepCStatesEnabled", (("instance", inst[f.cstates]), ("check", "cpu.cstates"))
-        ),
-        # Not CephNodeDeepCStatesResident nor CephNodeIOMMUSpinlockContention: their
-        # causes (cpu.cstates, iommu.nvme) are named above, the residency and the spinning
-        # are symptoms; nor any latency alert of those hosts, for the same reason.
-        event("CephNodeLaggyPGs", (("cluster", CLUSTER), ("severity", "critical")), *tl.laggy),
-        # The flapping host's OSDs are each in a small share, the host (from the mgr's
-        # hostname) in all of them: the host is named, no OSD.
-        event("CephNodeLaggyPGsAttributed", (("hostname", f.laggy),), *tl.laggy),
-        # changes() over 1 h: from the scrape that turned it on until it leaves the window.
-        Expect(
-            "CephNodeTuningChanged",
-            (("instance", inst[f.debug]), ("check", "osd.debug_levels")),
-            tl.debug_on,
-            tl.debug_on + 1,
-            tl.debug_on + 60,
-            2,
-            since=tl.debug_on,
-        ),
-    ]
-    for c in range(NVME_PER_NODE):  # all ten controllers, the spare one's too
-        out.append(
-            chronic(
-                "CephNodeIOMMUTranslatingNVMe",
-                (("instance", inst[f.iommu]), ("controller", f"nvme{c}")),
-            )
-        )
-    for op in COMPARED_OPS:
-        out.append(
-            chronic(
-                "CephNodeOSDLatencyOutlier",
-                (
-                    ("instance", slow_inst),
-                    ("ceph_daemon", slow.ceph_daemon),
-                    ("op", op),
-                    ("device_class", "nvme"),
-                ),
-                window=5,
-            )
-        )
-    for osd in fleet.host(f.debug).osds:
-        name = "CephNodeOSDDebugLogging"
-        start = tl.debug_on + for_of(name)
+    def optional(name: str, labels: tuple[tuple[str, str], ...] = ()) -> Expect:
+        return Expect(name, labels, 0.0, math.inf)
+
+    out: list[Expect] = []
+    # Detuned hosts: every check that fails in a kind the host turns into, from when it
+    # does (its first scrape after a reboot, or the switch), named with its subject.
+    # Not CephNodeDeepCStatesResident nor CephNodeIOMMUSpinlockContention: their causes
+    # (cpu.cstates, iommu.nvme) are named, the residency and the spinning are symptoms;
+    # nor any latency alert of those hosts, for the same reason.
+    # host: (first scrape of the new kind, last scrape before it, the new kind)
+    changes = {
+        f.cstates: (tl.cstates_reboot[1], tl.cstates_reboot[0] - 1, "cstates"),
+        f.iommu: (tl.iommu_reboot[1], tl.iommu_reboot[0] - 1, "iommu"),
+        f.governor: (tl.governor, tl.governor - 1, "governor"),
+        f.scheduler: (tl.scheduler, tl.scheduler - 1, "scheduler"),
+    }
+    for host in fleet.hosts:
+        if not host.osds or snapshots is None:
+            continue
+        before = _failing(snapshots[host.kind])
+        for check, subject in sorted(before):
+            out.append(event(*_check_alert(check, subject, inst(host.name)), 0.0))
+        if host.name in changes and host.name:
+            at, last, kind = changes[host.name]
+            after = _failing(snapshots[kind])
+            for check, subject in sorted(after - before):
+                out.append(event(*_check_alert(check, subject, inst(host.name)), at))
+            # The change itself, once per check or fact whose hash moved (kprofile's check
+            # follows the IOMMU), while changes() over 1 h still holds the scrape before.
+            moved = {c for c, _ in after ^ before}
+            if kind == "iommu":
+                moved.add("kernel.spinlock_iommu")
+            facts = {
+                lb["fact"]
+                for k in (host.kind, kind)
+                for n, lb, _ in snapshots[k].samples
+                if n == "cephnode_tuning_fact_hash"
+            }
+            hashes = [snapshots[k].values("cephnode_tuning_fact_hash") for k in (host.kind, kind)]
+            for check in sorted(moved):
+                out.append(
+                    Expect(
+                        "CephNodeTuningChanged",
+                        (("instance", inst(host.name)), ("check", check)),
+                        at,
+                        at + 3,
+                        last + 60,
+                        since=at,
+                    )
+                )
+            for fact in sorted(facts):
+                key = frozenset({"fact": fact}.items())
+                if hashes[0].get(key) != hashes[1].get(key):
+                    out.append(
+                        Expect(
+                            "CephNodeTuningChanged",
+                            (("instance", inst(host.name)), ("fact", fact)),
+                            at,
+                            at + 3,
+                            last + 60,
+                            since=at,
+                        )
+                    )
+    if f.rocksdb:
+        for osd in fleet.host(f.rocksdb).osds:
+            labels = (("instance", inst(f.rocksdb)), ("ceph_daemon", osd.ceph_daemon))
+            out.append(event("CephNodeRocksDBUnoptimised", labels, 0.0))
+    # Debug logging on a few OSDs of different hosts, and the change on each host.
+    for osd_id in f.debug:
+        osd = fleet.osd(osd_id)
+        labels = (("instance", inst(osd.host)), ("ceph_daemon", osd.ceph_daemon))
+        out.append(event("CephNodeOSDDebugLogging", labels, tl.debug_on))
+    for host in sorted({fleet.osd(o).host for o in f.debug}):
         out.append(
             Expect(
-                name,
-                (("instance", inst[f.debug]), ("ceph_daemon", osd.ceph_daemon)),
-                start,
-                start + 2,
+                "CephNodeTuningChanged",
+                (("instance", inst(host)), ("check", "osd.debug_levels")),
+                tl.debug_on,
+                tl.debug_on + 1,
+                tl.debug_on - 1 + 60,
+                2,
                 since=tl.debug_on,
             )
         )
+    # Laggy PGs: the cluster at once, then who they wait for. A stalled host's OSDs are
+    # each in a small share, the host (from the mgr's hostname) in all of them: the host
+    # is named, no OSD. A stalled replica is in every one: the OSD is named, with its host.
+    episodes = []
+    if f.laggy:
+        episodes.append((tl.laggy, (("hostname", f.laggy),)))
+    if f.stalled_osd >= 0:
+        stalled = fleet.osd(f.stalled_osd)
+        episodes.append(
+            (tl.stalled, (("ceph_daemon", stalled.ceph_daemon), ("hostname", stalled.host)))
+        )
+    for (a, b), who in episodes:
+        out.append(
+            event("CephNodeLaggyPGs", (("cluster", CLUSTER), ("severity", "critical")), a, b)
+        )
+        out.append(event("CephNodeLaggyPGsAttributed", who, a, b))
+    # Latency outliers, from Timeline.latency: the starved OSD against the fleet, per op
+    # type; the failing drive by its commit latency (its op latency and WAL sync are the
+    # symptoms); the slow host by its OSDs' median.
+    if f.slow_osd >= 0:
+        slow = fleet.osd(f.slow_osd)
+        for op in COMPARED_OPS:
+            labels = (
+                ("instance", inst(slow.host)),
+                ("ceph_daemon", slow.ceph_daemon),
+                ("op", op),
+                ("device_class", "nvme"),
+            )
+            out.append(event("CephNodeOSDLatencyOutlier", labels, tl.latency, window=2))
+    if f.failing_osd >= 0:
+        failing = fleet.osd(f.failing_osd)
+        labels = (("instance", inst(failing.host)), ("ceph_daemon", failing.ceph_daemon))
+        out.append(event("CephNodeBlueStoreCommitOutlier", labels, tl.latency, window=2))
+    if f.slow_host:
+        for op in COMPARED_OPS:
+            labels = (("instance", inst(f.slow_host)), ("op", op), ("device_class", "nvme"))
+            out.append(event("CephNodeHostLatencyOutlier", labels, tl.latency, window=2))
+    # Operations page nobody; while the mgr reports the context that explains a latency
+    # outlier (recovery, backfill, degraded PGs, noout), the latency alerts may fire as
+    # info naming it.
+    if any((ops.maintenance, ops.reboot, ops.drained, ops.osd_restart)):
+        for name in (
+            "CephNodeOSDLatencyOutlier",
+            "CephNodeHostLatencyOutlier",
+            "CephNodeLatencyRegression",
+            "CephNodeBlueStoreCommitOutlier",
+            "CephNodeRocksDBLatencyOutlier",
+        ):
+            out.append(optional(name, (("severity", "info"),)))
     return out
 
 
@@ -1674,6 +2275,7 @@ def _generate_part(
 ) -> tuple[list[Path], dict[str, Any]]:
     gen = Generator(fleet, scenario, snapshots, needed)
     writer = Writer(outdir, gen.times)
+    writer.mask = gen.mask
     gen.run(writer, hosts=hosts, mgr=mgr)
     files = writer.close()
     return files, {"series": writer.series, "samples": writer.samples, "names": writer.names}

@@ -16,8 +16,8 @@ What runs here, in order:
    the timestamps the rule manager would use, and writes the results with the rule's
    name and labels), one dependency level at a time: rules that read recorded series run
    after those are written and Prometheus has been restarted on the new blocks. What this
-   cannot reproduce: the staleness marker the rule manager writes when a recorded series
-   disappears; here it lingers for the 5-minute lookback instead.
+   cannot write: the staleness marker the rule manager writes when a recorded series
+   disappears; readers of recorded series stand in for it (``staleness_expr``).
 3. Each alert rule's expression is evaluated the same way (a range query over the main
    window at the group's interval), and Prometheus' alert state machine is applied to the
    result: an alert (the result's labels without ``__name__``, plus the rule's labels) is
@@ -109,6 +109,35 @@ def load_rules(paths: Iterable[Path], default_interval_s: float = 60) -> list[Ru
                     )
                 )
     return rules
+
+
+def staleness_expr(expr: str, rules: list[Rule]) -> str:
+    """``expr`` with each instant selector of a recorded series ``X`` read as
+    ``last_over_time(X[<its group's interval>])``.
+
+    The rule manager writes a staleness marker when a recorded series disappears, so a
+    reader sees it gone at the next evaluation; a backfill cannot write that marker, and
+    the lookback would keep the series for 5 minutes. A range of one interval holds the
+    recording group's latest evaluation (each group evaluates at its own offset in the
+    interval, derived from its hash, rules/group.go EvalTimestamp, and promtool's backfill
+    keeps it), so the series is there exactly while that evaluation produced it. Range
+    selectors (``X[10m]``) already ignore staleness and are left alone."""
+    intervals: dict[str, float] = {}
+    for r in rules:
+        if r.kind == "record":
+            intervals[r.name] = max(intervals.get(r.name, 0.0), r.interval_s)
+    if not intervals:
+        return expr
+    names = "|".join(re.escape(n) for n in sorted(intervals, key=len, reverse=True))
+    selector = re.compile(
+        rf"(?<![\w:])({names})(?![\w:])(\{{[^{{}}]*\}})?+(?!\s*\[)(\s+offset\s+-?\w+)?"
+    )
+
+    def rewrite(m: re.Match[str]) -> str:
+        name, matchers, offset = m.group(1), m.group(2) or "", m.group(3) or ""
+        return f"last_over_time({name}{matchers}[{int(intervals[name])}s]{offset})"
+
+    return selector.sub(rewrite, expr)
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
@@ -377,11 +406,15 @@ REPLAY_GROUP = "replay"
 REPLAY_FILE = "rules.yml"
 
 
-def _write_level_rules(rules: list[Rule], path: Path) -> None:
+def _write_level_rules(rules: list[Rule], path: Path, everything: list[Rule]) -> None:
     groups: dict[float, list[dict[str, Any]]] = {}
     for r in rules:
         groups.setdefault(r.interval_s, []).append(
-            {"record": r.name, "expr": r.expr, **({"labels": dict(r.labels)} if r.labels else {})}
+            {
+                "record": r.name,
+                "expr": staleness_expr(r.expr, everything),
+                **({"labels": dict(r.labels)} if r.labels else {}),
+            }
         )
     doc = {
         "groups": [
@@ -416,12 +449,15 @@ def needed_recordings(rules: list[Rule], roots: Iterable[Rule]) -> set[str]:
 
 
 def _chunks(start: float, end: float, step: float, parts: int) -> list[tuple[float, float]]:
-    """[start, end] cut into up to ``parts`` consecutive ranges on the ``step`` grid."""
+    """[start, end] cut into up to ``parts`` ranges that start on the ``step`` grid (the
+    longest interval of the rules evaluated, so every group's evaluations fall on its own
+    grid in every range) and overlap by one step: no evaluation is lost at a boundary (the
+    same sample written twice is one sample to the TSDB)."""
     steps = int((end - start) // step) + 1
     per = -(-steps // max(1, parts))
     out = []
     for a in range(0, steps, per):
-        b = min(steps, a + per) - 1
+        b = min(steps - 1, a + per)
         out.append((start + a * step, start + b * step))
     return out
 
@@ -466,8 +502,8 @@ def backfill_recording_rules(
             if not subset:
                 continue
             rule_file = workdir / f"level{n}-window{w}" / REPLAY_FILE
-            _write_level_rules(subset, rule_file)
-            step = min(r.interval_s for r in subset)
+            _write_level_rules(subset, rule_file, rules)
+            step = max(r.interval_s for r in subset)
             for a, b in _chunks(start, end, step, jobs):
                 tasks.append((rule_file, a, b))
         outs = [workdir / f"level{n}-blocks-{k}" for k in range(len(tasks))]
@@ -503,7 +539,8 @@ def evaluate_alerts(
     times = [start + i * step for i in range(int((end - start) // step) + 1)]
 
     def run(rule: Rule) -> tuple[Rule, list[dict[str, Any]]]:
-        return rule, prom.query_range(rule.expr, start, end, rule.interval_s)
+        expr = staleness_expr(rule.expr, rules)
+        return rule, prom.query_range(expr, start, end, rule.interval_s)
 
     firing: dict[float, list[tuple[str, dict[str, str]]]] = {t: [] for t in times}
     pending: dict[float, list[tuple[str, dict[str, str]]]] = {t: [] for t in times}
