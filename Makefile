@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test bench lint format deps venv golden dashboards clean
+.PHONY: run test bench soak lint format deps venv golden dashboards clean
 
 # A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
 $(VENV)/.stamp: setup.cfg pyproject.toml
@@ -33,10 +33,17 @@ test: venv deps
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
+# Speed only: memory, descriptors and threads over many scrapes are `make soak`'s.
 bench: venv deps
 	$(PY) tests/bench/bench.py $(ARGS)
 	$(PY) tests/bench/bench_kprofile.py $(KPROFILE_ARGS)
 	$(PY) tests/bench/bench_rules.py
+
+# 10,000 scrapes by one client, then ten in parallel, against ten replayed OSDs; fails
+# when RSS grows or passes 60 MB, or descriptors or threads grow (docs/performance.md,
+# "Soak"). About 6 minutes on 2 cores. SOAK_ARGS, e.g. SOAK_ARGS="--scrapes 2000".
+soak: venv
+	$(PY) tests/bench/soak.py $(SOAK_ARGS)
 
 lint: venv
 	$(PY) -m ruff check exporter tests dashboards

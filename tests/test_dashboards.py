@@ -12,6 +12,9 @@ The Prometheus holds a small fleet, six nodes of one cluster, built from real ou
   EPYC node) collected by the exporter with the CLI's wiring (``dump``), with three OSD
   admin sockets replaying the payloads recorded from the real Pacific cluster (a memstore
   and two BlueStore OSDs, ops in flight of the recorded stall) as tests/test_osd.py does.
+  The collection kept is the exporter's second: its first read of the OSDs, with their op
+  counts at 0, is the baseline its pooled host histograms start from at 0
+  (``collect_after_reads``).
 - The detuned nodes run kprofile on a fake perf replaying the reference IOMMU-contention
   profile (tests/test_kprofile.py). The last node has two faults: kprofile without a perf
   binary (the collector fails) and an OSD socket that never answers.
@@ -58,16 +61,18 @@ from typing import Any
 import pytest
 import yaml
 from cephnode_exporter.ceph.pgs import parse_pg_ls
+from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collectors.pgs import build_metrics
+from cephnode_exporter.scrape import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO, Tree, collect, need_tool
+from tests.conftest import REPO, Tree, need_tool, value
 from tests.fixtures.kprofile import fakeperf
 from tests.fixtures.sysfsgen import build_tree, load_node
 from tests.test_asok import hang
-from tests.test_kprofile import collect_after_window, iommu_contention, kprofile_flags
+from tests.test_kprofile import iommu_contention, kprofile_flags
 from tests.test_metrics_doc import documented
-from tests.test_osd import FakeNode, fixture_osd, impersonate, recorded_osd
+from tests.test_osd import FakeNode, RecordedOSD, busier, fixture_osd, impersonate, recorded_osd
 
 DASHBOARDS = REPO / "dashboards"
 FILES = ("cephnode-fleet.json", "cephnode-node.json")
@@ -344,7 +349,7 @@ def counter_age(tree: Tree) -> Callable[[str], float]:
             return process_age
         if name.startswith("cephnode_kprofile_"):
             return KPROFILE_INTERVAL_S  # one completed window
-        if name.startswith("cephnode_osd_"):
+        if name.startswith(("cephnode_osd_", "cephnode_exporter_")):
             return OSD_AGE_S
         raise AssertionError(f"no age for the counter {name}: add one")
 
@@ -497,17 +502,50 @@ def node_exporter_network(tree: Tree) -> list[Any]:
     return [f for f in text_string_to_metric_families(text) if f.name in NODE_EXPORTER_GAUGES]
 
 
+def collect_after_reads(
+    flags: list[str], osds: list[RecordedOSD], kprofile: bool = False
+) -> Collection:
+    """A collection after a first one, with the CLI's wiring, as a running exporter
+    scrapes: its pooled host histograms start at 0 with it and hold the ops between its
+    reads of the OSDs. The first read finds each recorded OSD with its op counts at 0
+    (started as the recorded counters' OSD_AGE_S began, the age the counters grow by
+    here), the second the recording: the pools hold the recorded ops, and every per-OSD
+    series is the recording's. With ``kprofile``, collections go on until kprofile has a
+    window (as tests/test_kprofile.py collect_after_window)."""
+    replies = [dict(osd.replies) for osd in osds]
+    for osd in osds:
+        busier(osd, 0, restarted=True)  # every op count, latency sum and event at 0
+    scraper = build_scraper(parse_args(["dump", *flags]))
+    try:
+        scraper.collect(10.0)
+        for osd, recorded in zip(osds, replies, strict=True):
+            osd.replies.update(recorded)
+        deadline = time.monotonic() + 30
+        while True:
+            collection = scraper.collect(10.0)
+            if not kprofile or value(
+                collection, "cephnode_scrape_collector_success", collector="kprofile"
+            ):
+                return collection
+            assert time.monotonic() < deadline, "no kprofile window completed"
+            time.sleep(0.05)
+    finally:
+        scraper.close()
+
+
 def collect_host(
     host: Host, tree: Tree, first_id: int, work: Path
 ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """One node's collection: the tree, its OSD sockets, kprofile and faults as set; its
     metric families and each answering OSD's perf dump averages."""
     node = FakeNode()
+    recorded: list[RecordedOSD] = []
     try:
         osd_dirs = sorted((tree.rootfs / "var/lib/ceph/osd").iterdir())
         for i, kind in enumerate(host.osd_kinds):
             data = f"/var/lib/ceph/osd/{osd_dirs[i].name}"
-            node.add(first_id + i, recorded_osd(kind, osd_data=data))
+            recorded.append(recorded_osd(kind, osd_data=data))
+            node.add(first_id + i, recorded[-1])
         flags = [*tree.flags, f"--ceph.socket-dir={node.dir}"]
         if host.faults:
             node.add(first_id + len(host.osd_kinds), hang)
@@ -517,9 +555,8 @@ def collect_host(
             stream = work / f"{host.name}-profile.txt"
             stream.write_text(iommu_contention())
             perf = fakeperf.install(work / f"{host.name}-perf", "ok", stream)
-            collection = collect_after_window(kprofile_flags(tree, perf, *flags[len(tree.flags) :]))
-        else:
-            collection = collect(flags)
+            flags = kprofile_flags(tree, perf, *flags[len(tree.flags) :])
+        collection = collect_after_reads(flags, recorded, kprofile=host.kprofile)
     finally:
         node.close()
     families = collection.families()

@@ -123,11 +123,12 @@ def test_cpuidle_reader_caches_static_attributes(make_tree: MakeTree) -> None:
     # while counters are read fresh.
     state = tree.sys / "devices/system/cpu/cpu0/cpuidle/state2"
     (state / "latency").write_text("999\n")
-    (state / "usage").write_text("123\n")
+    usage = (first.cpus[0][2].usage or 0) + 123  # a counter only grows
+    (state / "usage").write_text(f"{usage}\n")
     second = reader.read()
     c2 = second.cpus[0][2]
     assert c2.info.exit_latency_us == first.cpus[0][2].info.exit_latency_us
-    assert c2.usage == 123
+    assert c2.usage == usage
     # A hotplug (online set changes) rebuilds the cache.
     (tree.sys / "devices/system/cpu/online").write_text("0-94\n")
     third = reader.read()

@@ -4,6 +4,7 @@ a mean against Prometheus' own, through ``promtool test rules``."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cephnode_exporter.ceph.latency import (
+    WINDOW_SLOTS,
     CounterWindow,
     LatencyWindow,
     PooledHistogram,
@@ -175,6 +177,79 @@ def test_window_reset_drops_the_history() -> None:
     assert len(w) == 1
 
 
+def test_window_memory_is_bounded_by_the_window_not_the_scrape_rate() -> None:
+    """100,000 reads 1 ms apart (a client scraping back to back) into a 300 s window: at
+    most WINDOW_SLOTS + 2 reads are kept, and as all of them are inside the window the
+    first read stays the baseline, so the quantile and the increases are exactly those
+    of the two ends."""
+    w = LatencyWindow(300)
+    first = last = hist(0, 0)
+    for i in range(100_000):
+        last = hist(3 * i, i // 50)  # 3 fast ops a read, a slow one every 50th
+        w.observe(i * 0.001, last, 0.0005 * i)
+        if i == 0:
+            first = last
+    assert len(w) <= WINDOW_SLOTS + 2 <= 32
+    ends = [(e, b - a) for (e, a), (_, b) in zip(first, last, strict=True)]
+    for q in (0.5, 0.99, 0.999):
+        assert w.quantile(q) == histogram_quantile(q, ends)
+    c = CounterWindow(300)
+    for i in range(100_000):
+        c.observe(i * 0.001, (0.0005 * i, 3 * i))
+    assert len(c) <= WINDOW_SLOTS + 2
+    assert c.increase() == (pytest.approx(99.999, abs=1e-9), (0.0005 * 99_999, 299_997.0))
+    assert c.ratio(0, 1) == pytest.approx(0.0005 / 3)
+
+
+def test_sliding_window_baseline_stays_within_a_slot() -> None:
+    """Reads 0.25 s apart for 20 minutes, with a rate that changes every read (so the
+    baseline's time shows in the increase): after every read the window keeps at most
+    WINDOW_SLOTS + 2 reads, its baseline is a real read no more than one slot
+    (window / WINDOW_SLOTS) younger than the oldest read inside the window, and its
+    quantile and increase are exactly those between that read and the newest."""
+    window = 300.0
+    slot = window / WINDOW_SLOTS
+    w, c = LatencyWindow(window), CounterWindow(window)
+    reads: list[tuple[float, list[tuple[float, float]], float]] = []
+    for i in range(4800):
+        t = i * 0.25
+        fast, slow = float(i * i), float(i // 7)  # the op rate grows with time
+        reads.append((t, hist(fast, slow), fast * 0.0005))
+        w.observe(t, hist(fast, slow), fast * 0.0005)
+        c.observe(t, (fast * 0.0005, fast))
+        assert len(w) <= WINDOW_SLOTS + 2 and len(c) <= WINDOW_SLOTS + 2
+        if i == 0:
+            continue
+        elapsed, (sum_inc, count_inc) = c.increase() or (0.0, (0.0, 0.0))
+        oldest = max(0.0, t - window)  # reads every 0.25 s: the oldest inside
+        base_t = t - elapsed
+        assert oldest <= base_t < oldest + slot, (t, base_t)
+        base = reads[int(base_t / 0.25)]
+        assert base[0] == base_t
+        assert (sum_inc, count_inc) == (fast * 0.0005 - base[2], fast - base[1][0][1])
+        if i % 97 == 0:  # the quantile is the slower check
+            ends = [(e, n - b) for (e, n), (_, b) in zip(reads[-1][1], base[1], strict=True)]
+            assert w.quantile(0.99) == histogram_quantile(0.99, ends)
+    assert elapsed >= window - slot
+
+
+def test_thinning_keeps_every_read_of_a_slow_scrape() -> None:
+    """Prometheus every 15 s, slower than a 300 s window's slot (10 s), and a second
+    client scraping 1,000 times back to back after each: every 15 s read is kept and
+    the baseline is the oldest read inside the window, as without the second client;
+    of each burst only its newest read was kept, until the next scrape replaced it."""
+    w = CounterWindow(300)
+    for t in range(0, 601, 15):
+        w.observe(float(t), (float(t), float(t)))
+        if t < 600:
+            for i in range(1, 1001):
+                w.observe(t + i * 0.001, (t + i * 0.001, float(t)))
+            # The scrapes at most 300 s before the burst's end, and that end.
+            assert len(w) == min(t // 15 + 2, 21)
+    assert len(w) == 21  # 300, 315 ... 600
+    assert w.increase() == (300.0, (300.0, 300.0))
+
+
 # ----------------------------------------------------------------------------- counters
 
 
@@ -273,15 +348,21 @@ def test_pool_adds_increases_and_counts_a_reset_from_zero() -> None:
     assert p.buckets() == [] and p.sum() == 0.0
     p.update("a", hist(10, 0), 0.01, initial=True)
     p.update("b", hist(0, 5), 0.015, initial=True)
-    assert p.buckets() == list(zip(EDGES, (10.0, 10.0, 15.0, 15.0), strict=True))
-    assert p.sum() == pytest.approx(0.025)
+    # The exporter's first read is remembered, not added: the pool starts at 0.
+    assert p.buckets() == list(zip(EDGES, (0.0, 0.0, 0.0, 0.0), strict=True))
+    assert p.sum() == 0.0
     p.update("a", hist(30, 0), 0.03, initial=False)
     p.update("b", hist(0, 8), 0.024, initial=False)
-    assert counts(p) == [30, 30, 38, 38]
+    assert counts(p) == [20, 20, 23, 23]
     # b restarts and does 2 slow ops: +2, never a drop of 6.
     p.update("b", hist(0, 2), 0.006, initial=False)
-    assert counts(p) == [30, 30, 40, 40]
-    assert p.sum() == pytest.approx(0.03 + 0.024 + 0.006)
+    assert counts(p) == [20, 20, 25, 25]
+    assert p.sum() == pytest.approx(0.02 + 0.009 + 0.006)
+    # a restarts and does 40 ops before its next read, more than it had: no count went
+    # down, the caller knows from its new pid. All 40 are new.
+    p.update("a", hist(40, 0), 0.04, initial=False, restarted=True)
+    assert counts(p) == [60, 60, 65, 65]
+    assert p.sum() == pytest.approx(0.02 + 0.009 + 0.006 + 0.04)
 
 
 def test_pool_missed_scrapes_new_and_forgotten_osds() -> None:
@@ -291,20 +372,66 @@ def test_pool_missed_scrapes_new_and_forgotten_osds() -> None:
     # b misses two scrapes; a goes on.
     p.update("a", hist(20, 0), 0.02, initial=False)
     p.update("a", hist(30, 0), 0.03, initial=False)
-    assert counts(p) == [40, 40, 40, 40]
+    assert counts(p) == [20, 20, 20, 20]
     p.update("b", hist(25, 0), 0.025, initial=False)  # back: its 15 ops since count
-    assert counts(p) == [55, 55, 55, 55]
+    assert counts(p) == [35, 35, 35, 35]
     # c appears after the start with a lifetime of ops: only a baseline.
     p.update("c", hist(1000, 1000), 5.0, initial=False)
-    assert counts(p) == [55, 55, 55, 55] and "c" in p
+    assert counts(p) == [35, 35, 35, 35] and "c" in p
     p.update("c", hist(1000, 1001), 5.003, initial=False)
-    assert counts(p) == [55, 55, 56, 56]
+    assert counts(p) == [35, 35, 36, 36]
     # a's socket goes: its ops stay; back later, it is a new baseline.
     p.forget("a")
-    assert "a" not in p and counts(p) == [55, 55, 56, 56]
+    assert "a" not in p and counts(p) == [35, 35, 36, 36]
     p.update("a", hist(500, 0), 0.5, initial=False)
-    assert counts(p) == [55, 55, 56, 56]
-    assert p.sum() == pytest.approx(0.03 + 0.025 + 0.003)
+    assert counts(p) == [35, 35, 36, 36]
+    assert p.sum() == pytest.approx(0.02 + 0.015 + 0.003)
+
+
+def counter_increase(values: list[float]) -> float:
+    """What Prometheus' increase() adds up over a counter's samples (without its
+    extrapolation): each rise, and after a drop (a counter reset) the new value whole
+    (promql/functions.go, extrapolatedRate)."""
+    return sum(v - u if v >= u else v for u, v in itertools.pairwise(values))
+
+
+def test_pool_across_an_osd_restart_and_an_exporter_restart() -> None:
+    """The pooled _count as Prometheus scrapes it while an OSD with a million ops behind
+    it does 10 ops between scrapes, restarts, and then the exporter restarts. The pool
+    never goes backwards within an exporter and starts at 0 with each, so a drop is
+    only ever to 0 (a clean counter reset) and increase() is the ops done, never the
+    OSD's lifetime: starting from the OSDs' counts, the second exporter started at the
+    OSD's count since its restart, below the first's total, and increase() counted
+    that whole count once more."""
+    series: list[float] = []
+    ops_seen = 0.0
+    osd = 1_000_000.0
+
+    def scrape(p: PooledHistogram, initial: bool = False, restarted: bool = False) -> None:
+        p.update("a", hist(osd, 0), osd * 0.001, initial=initial, restarted=restarted)
+        series.append(counts(p)[-1])
+
+    first = PooledHistogram()
+    scrape(first, initial=True)
+    for _ in range(3):
+        osd += 10
+        ops_seen += 10
+        scrape(first)
+    osd = 10.0  # restarted (a new pid) and did 10 ops
+    ops_seen += 10
+    scrape(first, restarted=True)
+    osd += 10
+    ops_seen += 10
+    scrape(first)
+    second = PooledHistogram()  # the exporter restarts; the OSD is idle meanwhile
+    scrape(second, initial=True)
+    for _ in range(3):
+        osd += 10
+        ops_seen += 10
+        scrape(second)
+    assert series == [0, 10, 20, 30, 40, 50, 0, 10, 20, 30]
+    assert all(v >= u or v == 0 for u, v in itertools.pairwise(series))
+    assert counter_increase(series) == ops_seen == 80
 
 
 def test_pool_skips_other_edges_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -314,6 +441,7 @@ def test_pool_skips_other_edges_and_says_so_once(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="cephnode_exporter.ceph.latency"):
         p.update("x", other, 0.1, initial=True)
         p.update("x", [(0.001, 9.0), (INF, 9.0)], 0.2, initial=False)
+        p.update("a", hist(20, 0), 0.02, initial=False)
     assert counts(p) == [10, 10, 10, 10]
     assert len([r for r in caplog.records if "edges differ" in r.getMessage()]) == 1
 

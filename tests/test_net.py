@@ -751,10 +751,10 @@ def test_bad_net_profiles_are_rejected(tmp_path: Path, content: str, message: st
 @pytest.mark.parametrize(
     ("fault", "errors", "mtu_status"),
     [
-        ("garbage", 1, "skip"),
-        ("empty", 1, "skip"),
-        ("eio", 1, "skip"),
-        ("missing", 1, "skip"),
+        ("garbage", 1, "unknown"),
+        ("empty", 1, "unknown"),
+        ("eio", 1, "unknown"),
+        ("missing", 1, "unknown"),
     ],
 )
 def test_bad_mtu_file(make_tree: MakeTree, fault: str, errors: int, mtu_status: str) -> None:
@@ -796,11 +796,11 @@ def test_bad_attribute_files(make_tree: MakeTree, path: str, fault: str, errors:
         (
             "ENODEV",
             1,
-            "skip",
+            "unknown",
             "rings unreadable: no such interface in the exporter's network namespace "
             "(run it in the host network namespace)",
         ),
-        ("EPERM", 1, "skip", "rings unreadable: Operation not permitted"),
+        ("EPERM", 1, "unknown", "rings unreadable: Operation not permitted"),
         ({"rx": 1024, "tx": 1024}, 0, "skip", "the driver reports no ring maximum"),
     ],
 )
@@ -1202,8 +1202,8 @@ def test_unreadable_address_sources_make_the_ceph_ports_unknown(
     assert devices_seen(result) == {"eno1", *PORTS}  # the metrics do not depend on it
     _, results = net_results(tree)
     for (check, subject), (status, observed) in results.items():
-        # never pass, never a warning on a port that may not carry Ceph
-        assert status == "skip", (check, subject, observed)
+        # never pass, never a warning on a port that may not carry Ceph: unknown
+        assert status == "unknown", (check, subject, observed)
         assert "Ceph ports unknown (" in observed and observed.endswith("): not judged")
         assert reason.replace("/proc", str(tree.proc)) in observed
     assert results[("net.mtu", "eno1")][1].startswith("MTU 1500 (link up, 1 Gb/s): Ceph ports")

@@ -502,7 +502,7 @@ def test_unknown_and_garbage_link_speeds(make_tree: MakeTree) -> None:
     _, results = check_json(tree, *ONLY_NVME)
     link = results_of(results, "nvme.pcie_link")
     for name in ("nvme0", "nvme1"):
-        assert link[name]["status"] == "skip"
+        assert link[name]["status"] == "unknown"  # cannot be judged: never skip or pass
         assert link[name]["observed"].startswith("link state not fully known")
     assert link["nvme2"]["status"] == "pass"
 
@@ -543,7 +543,7 @@ def test_a_bad_namespace_attribute_is_skipped(
     assert any(n == absent and ("device", "nvme1n1") in labels for n, labels in got)
 
 
-def test_an_unreadable_scheduler_skips_the_check(make_tree: MakeTree) -> None:
+def test_an_unreadable_scheduler_makes_the_check_unknown(make_tree: MakeTree) -> None:
     tree = make_tree(small("epyc9454p-detuned"), faults={f"{NVME0}/nvme0n1/queue/scheduler": "eio"})
     result = collect([*tree.flags, *ONLY_NVME])
     ok(result, errors=1)
@@ -553,7 +553,7 @@ def test_an_unreadable_scheduler_skips_the_check(make_tree: MakeTree) -> None:
     )
     _, results = check_json(tree, *ONLY_NVME)
     sched = results_of(results, "nvme.scheduler")
-    assert sched["nvme0n1"]["status"] == "skip"
+    assert sched["nvme0n1"]["status"] == "unknown"
     assert sched["nvme0n1"]["observed"] == "queue/scheduler unreadable"
     assert sched["nvme2n1"]["status"] == "fail"
 

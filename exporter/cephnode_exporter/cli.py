@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
+from cephnode_exporter.collectors.base import bounded
 from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
@@ -33,11 +34,16 @@ COMMANDS = ("serve", "dump", "check")
 DEFAULT_LISTEN = ":10060"
 # Leave Prometheus this much of its scrape timeout to receive and parse the answer.
 SCRAPE_TIMEOUT_OFFSET = 0.5
+# At a stop, seconds beyond --scrape.timeout for the last responses to be written.
+SHUTDOWN_WRITE_MARGIN = 1.0
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+# Upper bound of --web.max-connections.
+MAX_CONNECTIONS_CAP = 4096
 
 
 def _positive_float(text: str) -> float:
+    """Seconds in (0, 3600]; NaN and infinities fail the comparison and are refused."""
     try:
         value = float(text)
     except ValueError:
@@ -155,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--web.max-connections",
         dest="web_max_connections",
-        type=int,
+        # One thread per connection: thousands are memory and descriptors, not service.
+        type=bounded(int, 1, MAX_CONNECTIONS_CAP),
         default=64,
         metavar="N",
         help="concurrent connections (default: %(default)s)",
@@ -233,12 +240,34 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
         log.error("cannot listen", extra=logs.kv(address=args.web_listen_address, err=str(exc)))
         return EXIT_ERROR
 
+    # Requests in progress at a stop get the scrape budget, plus a moment to be written.
+    grace = args.scrape_timeout + SHUTDOWN_WRITE_MARGIN
+    stopping: list[str] = []
+
     def stop(signum: int, _frame: object) -> None:
-        log.info("shutting down", extra=logs.kv(signal=signal.Signals(signum).name))
+        name = signal.Signals(signum).name
+        if stopping:
+            log.warning("second signal, stopping now", extra=logs.kv(signal=name))
+            server.abort_drain()
+            return
+        stopping.append(name)
+        log.info("shutting down", extra=logs.kv(signal=name, grace_seconds=grace))
+        # shutdown() waits for serve_forever(), which this (main) thread is running.
         threading.Thread(target=server.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    def ignore(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            log.warning("reload is not supported; restart the service", extra=logs.kv(signal=name))
+        else:
+            log.warning("signal ignored: it has no meaning here", extra=logs.kv(signal=name))
+
+    # Every signal whose default action ends the process quietly is handled: a stop gets
+    # a log line and a clean exit, a reload request or stray user signal a log line.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, stop)
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, ignore)
     host, port = server.server_address[:2]
     host = f"[{host}]" if ":" in host else host
     log.info(
@@ -253,6 +282,8 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
     )
     try:
         server.serve_forever()
+        cut = server.drain(grace)
+        log.info("stopped", extra=logs.kv(signal=",".join(stopping) or "none", requests_cut=cut))
     finally:
         server.server_close()
     return EXIT_OK
@@ -296,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scraper = build_scraper(args)
     except ProfileError as exc:
         log.error("invalid profile", extra=logs.kv(err=str(exc)))
+        return EXIT_ERROR
+    except Exception as exc:  # start-up must end in one line and exit 2, never a traceback
+        log.error("cannot start", extra=logs.kv(err=f"{type(exc).__name__}: {exc}"))
         return EXIT_ERROR
     command = {"serve": cmd_serve, "dump": cmd_dump, "check": cmd_check}[args.command]
     try:

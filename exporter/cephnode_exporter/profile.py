@@ -2,18 +2,23 @@
 
 The default profile ships inside the package; ``--profile FILE`` is merged over it check
 by check, so a site file names only what it changes. Unknown checks, keys and wrongly
-typed values are errors: a typo in a profile must not silently disable a check.
+typed values (down to the elements of a list) are errors, found when the profile is
+loaded at start-up: a typo in a profile must not silently disable a check, nor make it
+raise at every scrape and hide the node's real state. The file is read within the
+bounds of :mod:`cephnode_exporter.safeio` (a regular file, at most 1 MiB, nested at most
+32 levels).
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
-
-from cephnode_exporter.checks import CheckSpec, Status, concrete, resolve
+from cephnode_exporter.checks import CheckSpec, ParamType, Status, concrete, resolve
+from cephnode_exporter.safeio import ConfigFileError, load_yaml, read_config_text
 
 SEVERITIES = {"fail": Status.FAIL, "warn": Status.WARN}
 
@@ -48,20 +53,50 @@ class Profile:
 
 def _load_yaml(text: str, source: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: not valid YAML: {exc}") from None
+        data = load_yaml(text, source)
+    except ConfigFileError as exc:
+        raise ProfileError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: top level must be a mapping")
     unknown = set(data) - {"name", "checks"}
     if unknown:
-        raise ProfileError(f"{source}: unknown keys {sorted(unknown)}")
+        raise ProfileError(f"{source}: unknown keys {sorted(map(str, unknown))}")
+    if "name" in data and not (isinstance(data["name"], str) and data["name"].strip()):
+        raise ProfileError(f"{source}: name: must be a non-empty string")
     checks = data.get("checks") or {}
     if not isinstance(checks, dict):
         raise ProfileError(f"{source}: 'checks' must be a mapping")
     return data
+
+
+def _type_name(t: type | types.GenericAlias) -> str:
+    return str(t) if isinstance(t, types.GenericAlias) else t.__name__
+
+
+def _is_a(value: Any, t: type | types.GenericAlias) -> bool:
+    """Whether a YAML value is of a parameter type: ``list[str]`` checks the elements
+    too, and YAML's true/false (Python bools, which are also ints) is only a bool."""
+    if isinstance(t, types.GenericAlias):
+        if typing.get_origin(t) is not list or not isinstance(value, list):
+            return False
+        (element,) = typing.get_args(t)
+        return all(_is_a(v, element) for v in value)
+    if isinstance(value, bool) and t is not bool:
+        return False
+    return isinstance(value, t)
+
+
+def _coerce(value: Any, want: ParamType) -> tuple[bool, Any]:
+    """Whether ``value`` fits the parameter type ``want``, and the value to keep (an
+    integer where a float is wanted becomes one: ``max_ratio: 1``)."""
+    types_ = want if isinstance(want, tuple) else (want,)
+    if any(_is_a(value, t) for t in types_):
+        return True, value
+    if float in types_ and _is_a(value, int):
+        return True, float(value)
+    return False, value
 
 
 def _merge_check(
@@ -80,14 +115,11 @@ def _merge_check(
                 raise ProfileError(f"{where}: must be one of {sorted(SEVERITIES)}")
         elif key in spec.params:
             want = spec.params[key]
-            types = want if isinstance(want, tuple) else (want,)
-            # YAML true is a bool, which Python also counts as an int: accept it only as bool.
-            ok = isinstance(value, types) and (bool in types or not isinstance(value, bool))
-            is_int = isinstance(value, int) and not isinstance(value, bool)
-            if float in types and int not in types and is_int:
-                ok, value = True, float(value)
+            ok, value = _coerce(value, want)
             if not ok:
-                names = " or ".join(t.__name__ for t in types)
+                names = " or ".join(
+                    _type_name(t) for t in (want if isinstance(want, tuple) else (want,))
+                )
                 raise ProfileError(f"{where}: must be of type {names}")
         else:
             known = ["enabled", "severity", *sorted(spec.params)]
@@ -102,10 +134,9 @@ def load_profile(path: str | None, specs: dict[str, CheckSpec]) -> Profile:
     layers = [(_load_yaml(default_text.read_text(), "default profile"), "default profile")]
     if path is not None:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read(1 << 20)
-        except OSError as exc:
-            raise ProfileError(f"{path}: {exc.strerror}") from None
+            text = read_config_text(path, "profile")
+        except ConfigFileError as exc:
+            raise ProfileError(str(exc)) from None
         layers.append((_load_yaml(text, path), path))
 
     raw: dict[str, dict[str, Any]] = {}
@@ -143,7 +174,7 @@ def load_profile(path: str | None, specs: dict[str, CheckSpec]) -> Profile:
         if spec.validate is not None:
             try:
                 spec.validate(params)
-            except ValueError as exc:
+            except (ValueError, TypeError) as exc:
                 raise ProfileError(f"profile {name}: checks.{check_name}: {exc}") from None
         checks[check_name] = CheckSettings(
             enabled=values.get("enabled", True),

@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cephnode_exporter import __version__
 from cephnode_exporter.checks import CheckSpec, Result, Status
 from cephnode_exporter.checks.evaluate import CollectorFacts, evaluate
 from cephnode_exporter.collectors.base import Collector, metric_name
-from cephnode_exporter.logs import kv
+from cephnode_exporter.logs import dropped_messages, kv
 from cephnode_exporter.profile import Profile
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class Outcome:
     facts: Any = None
     families: list[Metric] = field(default_factory=list)
     read_errors: int = 0
+    items_dropped: int = 0
     error: str | None = None
 
 
@@ -138,6 +139,12 @@ class Collection:
         )
         build.add_metric([__version__, platform.python_version()], 1.0)
         yield build
+        # Process-wide, like build_info: logging never blocks serving (cephnode_exporter.logs).
+        yield CounterMetricFamily(
+            metric_name("exporter_log_messages_dropped"),
+            "Log lines dropped because stderr could not take them without blocking.",
+            value=float(dropped_messages()),
+        )
         success = GaugeMetricFamily(
             metric_name("scrape_collector_success"),
             "1 when the collector succeeded in this scrape, 0 when it failed or timed out.",
@@ -154,11 +161,18 @@ class Collection:
             "malformed (the log names them).",
             labels=["collector"],
         )
+        dropped = GaugeMetricFamily(
+            metric_name("scrape_collector_items_dropped"),
+            "Items (devices, interfaces, OSD sockets) the collector left out of this scrape "
+            "because the node has more than its --collector.<name>.max-* flag allows.",
+            labels=["collector"],
+        )
         for o in self.outcomes:
             success.add_metric([o.name], 1.0 if o.success else 0.0)
             duration.add_metric([o.name], o.duration)
             errors.add_metric([o.name], float(o.read_errors))
-        yield from (success, duration, errors)
+            dropped.add_metric([o.name], float(o.items_dropped))
+        yield from (success, duration, errors, dropped)
         profile = GaugeMetricFamily(
             metric_name("tuning_profile_info"),
             "The tuning profile the checks are evaluated against.",
@@ -395,7 +409,13 @@ class Scraper:
             return self._fail(name, duration, f"{type(call.exc).__name__}: {call.exc}")
         facts, families = call.value
         outcome = Outcome(
-            name, True, duration, facts, families, read_errors=collector.read_errors(facts)
+            name,
+            True,
+            duration,
+            facts,
+            families,
+            read_errors=collector.read_errors(facts),
+            items_dropped=collector.items_dropped(facts),
         )
         self._note(name, None)
         self._note_skips(name, outcome.read_errors, lambda: collector.first_errors(facts))

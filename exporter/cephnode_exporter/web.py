@@ -2,9 +2,12 @@
 
 Built on http.server/socketserver so the exporter needs no web framework. What those modules
 lack for a daemon reachable from a storage network is added here: a cap on concurrent
-connections (with a quick 503 beyond it), a read deadline per request so slow or silent
-clients cannot pin threads, TLS handshakes done in each connection's own thread (never in
-the accept loop), and logging through :mod:`logging` instead of stderr.
+connections (with a quick 503 beyond it), short deadlines for the TLS handshake and the
+request head so slow or silent clients cannot pin threads, idle connections that give way
+to a complete request when every slot is taken, TLS handshakes done in each connection's
+own thread (never in the accept loop), basic auth that a flood of wrong passwords cannot
+turn into a denial of service, a graceful stop, and logging through :mod:`logging`
+instead of stderr.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import http.server
 import io
 import ipaddress
 import logging
+import math
 import socket
 import socketserver
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -47,9 +51,32 @@ Render = Callable[[float | None], bytes]
 _MAX_LINE = 65536  # request line limit, as http.server's own handler uses
 _LINGER = 0.5  # seconds to drain a client's unread input before closing (see _close)
 _LINGER_BYTES = 256 * 1024
+# A client on a LAN sends its request head, and completes a TLS handshake, within
+# milliseconds; a few seconds covers slow links and loaded hosts while keeping a silent
+# or trickling peer (slowloris) from holding a connection slot for long.
+HEADER_TIMEOUT = 5.0
+HANDSHAKE_TIMEOUT = 5.0
+# Connections beyond max_connections only read their request (to claim a slot or get a
+# 503), so they get less time still.
+_OVERFLOW_TIMEOUT = 2.0
+# A slot holder that has sent no complete request for this long is idle: a complete
+# request that finds every slot taken closes the longest idle one and takes its slot.
+# Keep-alive connections may be closed when idle (RFC 9112, section 9.5), and a new one
+# has had ample time to send its request.
+IDLE_GRACE = 1.0
 _AUTH_CACHE_SIZE = 256
+# Failed password checks per peer address and window before its unverified credentials
+# get 429: each check costs the exporter one bcrypt run (up to about 1 s of CPU).
+AUTH_MAX_FAILURES = 10
+AUTH_WINDOW = 60.0
+_AUTH_PEERS = 4096  # peer addresses remembered for the failure limit (LRU)
+# bcrypt checks running at once, across all peers; bcrypt releases the GIL, so this many
+# cores at most go to password checks and the rest stay with scrapes and the OSDs.
+_AUTH_CONCURRENCY = 4
+_AUTH_LOG_EVERY = 10.0  # seconds between "basic auth failed" log lines under a flood
 _BCRYPT_MAX = 72  # bcrypt only ever used the first 72 bytes; bcrypt>=5 refuses longer input
 _LOG_MAX = 300  # characters of client-supplied text in one debug log line
+_LOG_USER = 64  # characters of a client-supplied user name in a log line
 _GZIP_LEVEL = 1  # exposition text compresses well even at the cheapest level; CPU matters more
 _FALLBACK_ERRNOS = {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT}
 _ACCEPT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -95,13 +122,19 @@ def make_server(
     web_config: WebConfig | None = None,
     max_connections: int = 64,
     request_timeout: float = 30.0,
+    header_timeout: float = HEADER_TIMEOUT,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
 ) -> ExporterServer:
     """Bind the listening socket and return a server ready for ``serve_forever()``.
 
     ``render(scrape_timeout)`` is called once per scrape, possibly from several threads at
     once (two Prometheus servers scraping together), with the scrape timeout Prometheus
-    announced or None. Raises ValueError for a bad address or argument; bind errors
-    (address in use, permission denied) propagate as OSError.
+    announced or None. ``request_timeout`` bounds writing a response and a keep-alive
+    connection's wait for its next request; ``header_timeout`` the arrival of a request
+    head (from the connection's start, or from the first byte on a kept-alive one) and
+    ``handshake_timeout`` the TLS handshake; both are capped at ``request_timeout``.
+    Raises ValueError for a bad address or argument; bind errors (address in use,
+    permission denied) propagate as OSError.
     """
     host, port = parse_listen_address(listen_address)
     if not telemetry_path.startswith("/") or any(
@@ -113,8 +146,13 @@ def make_server(
         )
     if max_connections < 1:
         raise ValueError("max_connections must be at least 1")
-    if not request_timeout > 0:
-        raise ValueError("request_timeout must be positive")
+    for name, value in (
+        ("request_timeout", request_timeout),
+        ("header_timeout", header_timeout),
+        ("handshake_timeout", handshake_timeout),
+    ):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive")
 
     candidates = _bind_candidates(host, port, listen_address)
     for i, (family, sockaddr, dual_stack) in enumerate(candidates):
@@ -128,6 +166,8 @@ def make_server(
                 web_config=web_config,
                 max_connections=max_connections,
                 request_timeout=request_timeout,
+                header_timeout=min(header_timeout, request_timeout),
+                handshake_timeout=min(handshake_timeout, request_timeout),
             )
         except OSError as e:
             # Only "this host has no IPv6" moves on to the IPv4 wildcard; "address in use"
@@ -177,45 +217,162 @@ def _format_address(addr: tuple[Any, ...]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class _BasicAuth:
-    """Checks ``Authorization: Basic`` headers against bcrypt hashes, with a cache.
+AUTH_OK, AUTH_DENIED, AUTH_THROTTLED = "ok", "denied", "throttled"
 
-    bcrypt is slow on purpose (tens of ms at cost 10), too slow to pay on every scrape, so
-    verified (user, sha256(password)) pairs are remembered in a small LRU. Only successes
-    are cached, so failed guesses cannot evict the scraper's entry. Checks run one at a time
-    so a flood of bad passwords burns one core, not all of them.
+
+class _Peer:
+    """Failed checks of one peer address, for the failure limit."""
+
+    __slots__ = ("checking", "failures", "warned")
+
+    def __init__(self, max_failures: int) -> None:
+        self.checking = False  # a bcrypt check for this peer is running
+        self.failures: deque[float] = deque(maxlen=max_failures)  # monotonic times
+        self.warned = False  # the current lock-out was logged
+
+
+class _BasicAuth:
+    """Checks ``Authorization: Basic`` headers against bcrypt hashes.
+
+    bcrypt is slow on purpose (tens of ms at cost 10, about 1 s at 14), too slow to pay on
+    every scrape and an amplifier for anyone who can reach the port. So:
+
+    * Verified (user, sha256(password)) pairs are remembered in a small LRU and answered
+      without bcrypt and without waiting for anything. Only successes are cached, so
+      failed guesses cannot evict the scraper's entry.
+    * Checks run in parallel (bcrypt releases the GIL), at most ``_AUTH_CONCURRENCY`` at
+      once, and at most one per peer address: a flood from one address costs one core,
+      and never queues a different client's check behind it.
+    * A peer with ``max_failures`` failed checks within ``window`` seconds gets 429 for
+      unverified credentials until the oldest failure leaves the window; cached ones still
+      pass. Failed checks are logged at most once per ``_AUTH_LOG_EVERY`` seconds.
+    * Unknown users are checked against the costliest configured hash (and refused), so
+      the response time does not reveal whether a user exists. No hash is made at start:
+      at a high cost that alone took hours.
     """
 
-    def __init__(self, users: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        users: dict[str, bytes],
+        max_failures: int = AUTH_MAX_FAILURES,
+        window: float = AUTH_WINDOW,
+    ) -> None:
         self._users = users
-        # Unknown users are checked against a dummy hash of the same cost, so the response
-        # time does not reveal whether a user name exists.
-        cost = max(int(h[4:6]) for h in users.values())
-        self._dummy = bcrypt.hashpw(b"not a password", bcrypt.gensalt(rounds=cost))
+        self._decoy = max(users.values(), key=lambda h: int(h[4:6]))
+        self._max_failures = max_failures
+        self._window = window
         self._cache: OrderedDict[tuple[str, bytes], None] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._bcrypt_lock = threading.Lock()
+        self._peers: OrderedDict[str, _Peer] = OrderedDict()
+        self._lock = threading.Lock()  # cache, peers and log state; never held over bcrypt
+        self._checks = threading.BoundedSemaphore(_AUTH_CONCURRENCY)
+        self._logged_at = -math.inf
+        self._unlogged = 0
 
-    def check(self, header: str | None) -> bool:
+    def check(self, header: str | None, client: str) -> tuple[str, float]:
+        """(AUTH_OK | AUTH_DENIED | AUTH_THROTTLED, seconds to wait when throttled)."""
         creds = _parse_basic(header)
         if creds is None:
-            return False
+            return AUTH_DENIED, 0.0  # no bcrypt run: not counted as a failed check
         user, password = creds
         key = (user, hashlib.sha256(password).digest())
-        with self._cache_lock:
+        now = time.monotonic()
+        with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
-                return True
+                return AUTH_OK, 0.0
+            peer = self._peer(_peer_key(client))
+            wait = self._lockout(peer, now)
+            if wait > 0:
+                warn, peer.warned = not peer.warned, True
+            elif peer.checking:
+                # One check per address at a time: a second request from it is told to
+                # come back in a second instead of holding a connection slot here.
+                return AUTH_THROTTLED, 1.0
+            else:
+                peer.checking = True
+        if wait > 0:
+            if warn:
+                log.warning(
+                    "too many failed logins, answering 429",
+                    extra={"kv": {"client": client, "retry_after": math.ceil(wait)}},
+                )
+            return AUTH_THROTTLED, wait
+        return self._verify(user, password, key, peer, client)
+
+    def _verify(
+        self, user: str, password: bytes, key: tuple[str, bytes], peer: _Peer, client: str
+    ) -> tuple[str, float]:
         hashed = self._users.get(user)
-        with self._bcrypt_lock:
-            ok = bcrypt.checkpw(password[:_BCRYPT_MAX], hashed or self._dummy)
-        if not (ok and hashed is not None):
-            return False
-        with self._cache_lock:
-            self._cache[key] = None
-            while len(self._cache) > _AUTH_CACHE_SIZE:
-                self._cache.popitem(last=False)
-        return True
+        ok = False
+        try:
+            with self._checks:
+                ok = bcrypt.checkpw(password[:_BCRYPT_MAX], hashed or self._decoy)
+            ok = ok and hashed is not None
+        finally:
+            now = time.monotonic()
+            with self._lock:
+                peer.checking = False
+                if ok:
+                    self._cache[key] = None
+                    while len(self._cache) > _AUTH_CACHE_SIZE:
+                        self._cache.popitem(last=False)
+                else:
+                    peer.failures.append(now)
+                    self._unlogged += 1
+                    due = now - self._logged_at >= _AUTH_LOG_EVERY
+                    if due:
+                        failures, self._unlogged, self._logged_at = self._unlogged, 0, now
+        if ok:
+            return AUTH_OK, 0.0
+        if due:
+            # One line per interval under a flood; "failures" counts every failed check
+            # since the previous line, this one included.
+            log.warning(
+                "basic auth failed",
+                extra={"kv": {"user": user[:_LOG_USER], "client": client, "failures": failures}},
+            )
+        return AUTH_DENIED, 0.0
+
+    def _peer(self, key: str) -> _Peer:
+        """The peer's entry, created if new; the least recently used idle one makes room."""
+        peer = self._peers.get(key)
+        if peer is not None:
+            self._peers.move_to_end(key)
+            return peer
+        if len(self._peers) >= _AUTH_PEERS:
+            for old_key, old in self._peers.items():
+                if not old.checking:
+                    del self._peers[old_key]
+                    break
+        peer = self._peers[key] = _Peer(self._max_failures)
+        return peer
+
+    def _lockout(self, peer: _Peer, now: float) -> float:
+        """Seconds until the peer may have its credentials checked again; 0 if it may now."""
+        if len(peer.failures) < self._max_failures:
+            return 0.0
+        wait = self._window - (now - peer.failures[0])
+        if wait <= 0:
+            peer.warned = False
+            return 0.0
+        return wait
+
+
+def _peer_key(host: str) -> str:
+    """The unit the failure limit counts: an IPv4 address, or an IPv6 /64.
+
+    One IPv6 host usually has a whole /64 to pick source addresses from; IPv4-mapped
+    addresses (a dual-stack listener) count as the IPv4 address.
+    """
+    try:
+        ip = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
@@ -335,12 +492,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         request: Any,
         client_address: Any,
         server: ExporterServer,
-        overloaded: bool,
-        request_timeout: float,
+        conn: _Conn,
+        head_deadline: float,
     ) -> None:
-        self.overloaded = overloaded
-        self.request_timeout = request_timeout
-        self.read_deadline = 0.0
+        self.conn = conn
+        self.request_timeout = server.request_timeout
+        # The first request's head is due by head_deadline (counted from the accept or
+        # the end of the TLS handshake); later ones get their own (handle_one_request).
+        self.read_deadline = head_deadline
+        self.first_request = True
         super().__init__(request, client_address, server)
 
     def setup(self) -> None:
@@ -349,7 +509,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # wait for the client's delayed ACK (40 ms) on every keep-alive response.
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.rfile = io.BufferedReader(_DeadlineReader(self), _MAX_LINE)
+        self.reader = io.BufferedReader(_DeadlineReader(self), _MAX_LINE)
+        self.rfile = self.reader
         self.wfile = _SocketWriter(self.connection)
 
     def version_string(self) -> str:
@@ -377,11 +538,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().send_error(code, message, explain)
 
     def handle_one_request(self) -> None:
-        # Same steps as http.server's version, plus the deadline and our own dispatch (so
-        # every method reaches _dispatch and gets a 405, not 501).
-        timeout = self.request_timeout
-        self.read_deadline = time.monotonic() + timeout
+        # Same steps as http.server's version, plus the deadlines, the slot accounting and
+        # our own dispatch (so every method reaches _dispatch and gets a 405, not 501).
+        server = self.server
         try:
+            if self.first_request:
+                self.first_request = False
+            else:
+                # Keep-alive: wait for the next request as long as the request timeout;
+                # from its first byte, its head has header_timeout to arrive.
+                self.read_deadline = time.monotonic() + self.request_timeout
+                if not self.reader.peek(1):
+                    self.close_connection = True
+                    return
+                self.read_deadline = time.monotonic() + server.header_timeout
             self.raw_requestline = self.rfile.readline(_MAX_LINE + 1)
             if len(self.raw_requestline) > _MAX_LINE:
                 self.requestline = self.request_version = self.command = ""
@@ -390,39 +560,74 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not self.raw_requestline:
                 self.close_connection = True
                 return
+            if len(self.raw_requestline.split()) == 2:
+                self._refuse_http09()
+                return
             if not self.parse_request():  # sends 400/414/431 itself on bad input
                 return
             # The request head is in; the response gets the full timeout to be written.
-            self.connection.settimeout(timeout)
-            self._dispatch()
-            self.wfile.flush()
+            self.connection.settimeout(self.request_timeout)
+            refusal = server.begin_request(self.conn)
+            try:
+                if refusal is None:
+                    self._dispatch()
+                elif refusal != _EVICTED:  # an evicted connection's socket is shut already
+                    server.warn_throttled(f"{refusal}, answering 503")
+                    self._respond(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        f"{refusal.capitalize()}, try again later.\n".encode(),
+                        headers={"Retry-After": "1"},
+                        close=True,
+                    )
+                else:
+                    self.close_connection = True
+                self.wfile.flush()
+            finally:
+                server.end_request(self.conn)
         except TimeoutError:
             log.debug("request timed out", extra={"kv": {"client": self.address_string()}})
             self.close_connection = True
 
+    def _refuse_http09(self) -> None:
+        """Answer a request line without a version (HTTP/0.9) at once, and close.
+
+        http.server would go on to read headers, which an HTTP/0.9 client never sends,
+        so the connection sat in its slot until the deadline. HTTP/0.9 has no status line
+        or headers; the 400 is for a person typing into telnet or nc.
+        """
+        line = self.raw_requestline.decode("latin-1").rstrip("\r\n")
+        self.requestline, self.request_version, self.command = line, "", ""
+        self._respond(
+            HTTPStatus.BAD_REQUEST,
+            b"HTTP/0.9 requests are not supported; send the version too, "
+            b"e.g. GET /metrics HTTP/1.1\n",
+            close=True,
+        )
+
     def _dispatch(self) -> None:
-        if self.overloaded:
-            self.server.warn_throttled("too many connections, answering 503")
-            self._respond(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                b"Too many connections, try again later.\n",
-                headers={"Retry-After": "1"},
-                close=True,
-            )
-            return
         # Bodies are never read, so the connection cannot be reused after one.
         if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get(
             "Transfer-Encoding"
         ):
             self.close_connection = True
         auth = self.server.auth
-        if auth is not None and not auth.check(self.headers.get("Authorization")):
-            self._respond(
-                HTTPStatus.UNAUTHORIZED,
-                b"Unauthorized\n",
-                headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
-            )
-            return
+        if auth is not None:
+            result, wait = auth.check(self.headers.get("Authorization"), self.client_address[0])
+            if result == AUTH_THROTTLED:
+                self._respond(
+                    HTTPStatus.TOO_MANY_REQUESTS,
+                    b"Too many failed logins from this address, try again later.\n",
+                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                    close=True,
+                )
+                return
+            if result != AUTH_OK:
+                self._respond(
+                    HTTPStatus.UNAUTHORIZED,
+                    b"Unauthorized\n",
+                    headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
+                )
+                return
         if self.command not in ("GET", "HEAD"):
             self._respond(
                 HTTPStatus.METHOD_NOT_ALLOWED,
@@ -478,11 +683,38 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
-        if close:
+        if close or self.server.stopping:
             self.send_header("Connection", "close")  # also sets close_connection
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+_EVICTED = "evicted"
+_OVERLOADED = "too many connections"
+_STOPPING = "shutting down"
+
+
+class _Conn:
+    """One accepted connection's place in the server's accounting.
+
+    ``slot``: it holds one of the ``max_connections`` slots; otherwise it is an overflow
+    connection that may only read its request, then claim a slot or get a 503.
+    ``counted``: it still counts against its kind's cap; an evicted connection stops
+    counting at once, because its slot went to the request that evicted it.
+    ``idle_since``: when it last had no request in progress (its start, or the end of its
+    last response); None while a request is served.
+    """
+
+    __slots__ = ("client", "counted", "evicted", "idle_since", "slot", "sock")
+
+    def __init__(self, sock: socket.socket, client: Any, slot: bool, now: float) -> None:
+        self.sock = sock
+        self.client = client
+        self.slot = slot
+        self.counted = True
+        self.idle_since: float | None = now
+        self.evicted = False
 
 
 class ExporterServer(socketserver.TCPServer):
@@ -490,7 +722,14 @@ class ExporterServer(socketserver.TCPServer):
 
     Use :func:`make_server` rather than this constructor. ``server_address`` is the bound
     (host, port); ``serve_forever()`` runs the accept loop, ``shutdown()`` stops it from
-    another thread and ``server_close()`` closes the listener and open connections.
+    another thread, ``drain()`` lets requests in progress finish, and ``server_close()``
+    closes the listener and open connections.
+
+    Connections take one of ``max_connections`` slots when accepted. Beyond those, a few
+    overflow connections read their request: it takes a slot freed meanwhile, or the slot
+    of the longest idle connection (idle for at least IDLE_GRACE), or gets a quick 503.
+    So peers that connect and send nothing, or trickle, cannot keep a scraper out for
+    longer than IDLE_GRACE, while requests in progress are never cut.
     """
 
     allow_reuse_address = True  # restart without waiting for TIME_WAIT to clear
@@ -507,12 +746,16 @@ class ExporterServer(socketserver.TCPServer):
         web_config: WebConfig | None,
         max_connections: int,
         request_timeout: float,
+        header_timeout: float = HEADER_TIMEOUT,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self.address_family = family
         self.telemetry_path = telemetry_path
         self.render = render
         self.web_config = web_config
         self.request_timeout = request_timeout
+        self.header_timeout = header_timeout
+        self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.landing_page = _landing_page(telemetry_path)
         self.ssl_context = web_config.ssl_context if web_config else None
@@ -521,14 +764,19 @@ class ExporterServer(socketserver.TCPServer):
             if web_config and web_config.basic_auth_users
             else None
         )
-        self._slots = threading.BoundedSemaphore(max_connections)
-        # Beyond max_connections a few more threads answer 503 (they must read the request,
-        # and do the TLS handshake, to answer properly); beyond those, connections are closed.
-        self._spare = threading.BoundedSemaphore(max(4, max_connections // 4))
-        self._conns: set[socket.socket] = set()
+        # Beyond max_connections a few more threads read requests (they must, and do the
+        # TLS handshake, to claim a slot or answer 503 properly); beyond those, the longest
+        # waiting of them is closed for a new one, or the new one is closed.
+        self.max_overflow = max(4, max_connections // 4)
+        self._slots_used = 0
+        self._overflow_used = 0
+        self._conns: set[_Conn] = set()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a request ended or a conn closed
         self._serving = False
         self._stopped = False
+        self.stopping = False  # drain() started: answer what is in progress, then close
+        self._abort_drain = False
         self._last_warning: dict[str, float] = {}
         super().__init__(sockaddr, _Handler, bind_and_activate=False)  # type: ignore[arg-type]
         try:
@@ -573,14 +821,42 @@ class ExporterServer(socketserver.TCPServer):
         if serving:
             super().shutdown()
 
+    def drain(self, timeout: float) -> int:
+        """Stop taking connections and requests; give those in progress ``timeout`` seconds.
+
+        For a graceful stop (SIGTERM), after ``shutdown()``: the listener is closed, idle
+        connections are closed now, requests in progress are answered (with
+        ``Connection: close``), and whatever is still running after ``timeout`` is cut by
+        ``server_close()``. Returns how many requests were still in progress then.
+        ``abort_drain()`` (a second signal) ends the wait early.
+        """
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(OSError):
+            self.socket.close()  # pending connections are refused, not left in the backlog
+        with self._lock:
+            self.stopping = True
+            for conn in self._conns:
+                if conn.idle_since is not None:
+                    _shut(conn.sock)
+            while True:
+                busy = sum(1 for c in self._conns if c.idle_since is None and c.counted)
+                remaining = deadline - time.monotonic()
+                if busy == 0 or remaining <= 0 or self._abort_drain:
+                    return busy
+                # Short waits: abort_drain() runs in a signal handler and takes no lock.
+                self._changed.wait(min(remaining, 0.1))
+
+    def abort_drain(self) -> None:
+        """Make a running drain() return now (safe to call from a signal handler)."""
+        self._abort_drain = True
+
     def server_close(self) -> None:
         """Close the listener and cut open connections so their threads end quickly."""
         super().server_close()
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(conn, socket.SHUT_RDWR)
+            _shut(conn.sock)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         try:
@@ -595,68 +871,156 @@ class ExporterServer(socketserver.TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Hand the connection to its own thread; never block the accept loop."""
-        if self._slots.acquire(blocking=False):
-            slot, overloaded = self._slots, False
-        elif self._spare.acquire(blocking=False):
-            slot, overloaded = self._spare, True
-        else:
+        now = time.monotonic()
+        conn: _Conn | None = None
+        with self._lock:
+            if self._slots_used < self.max_connections:
+                self._slots_used += 1
+                conn = _Conn(request, client_address, True, now)
+            else:
+                if self._overflow_used >= self.max_overflow:
+                    # Overflow connections that still have no request have had their
+                    # chance; the longest waiting one makes room.
+                    victim = self._longest_idle(slot=False, idle_before=now)
+                    if victim is not None:
+                        self._evict(victim)
+                if self._overflow_used < self.max_overflow:
+                    self._overflow_used += 1
+                    conn = _Conn(request, client_address, False, now)
+            if conn is not None:
+                self._conns.add(conn)
+        if conn is None:
             self.warn_throttled("too many connections, closing new ones")
             self.shutdown_request(request)
             return
-        self._track(request)
         thread = threading.Thread(
             target=self._connection,
-            args=(request, client_address, slot, overloaded),
+            args=(conn,),
             name=f"web-{_format_address(client_address)}",
             daemon=True,
         )
         try:
             thread.start()
         except RuntimeError:  # cannot start new thread
-            self._untrack(request)
-            slot.release()
+            self._release(conn)
             self.shutdown_request(request)
             self.warn_throttled("cannot start a connection thread")
 
-    def _connection(
-        self, sock: socket.socket, client: Any, slot: threading.BoundedSemaphore, overloaded: bool
-    ) -> None:
-        conn = sock
-        timeout = min(self.request_timeout, 2.0) if overloaded else self.request_timeout
+    def begin_request(self, conn: _Conn) -> str | None:
+        """Mark a connection busy with a complete request; None if it may be served.
+
+        Otherwise why not: _EVICTED (its socket is shut already), _OVERLOADED (an overflow
+        connection found no slot) or _STOPPING.
+        """
+        with self._lock:
+            conn.idle_since = None
+            if conn.evicted:
+                return _EVICTED
+            if self.stopping:
+                return _STOPPING
+            if conn.slot:
+                return None
+            if self._slots_used >= self.max_connections:
+                victim = self._longest_idle(slot=True, idle_before=time.monotonic() - IDLE_GRACE)
+                if victim is None:
+                    return _OVERLOADED
+                self._evict(victim)
+                evicted = True
+            else:
+                evicted = False
+            self._overflow_used -= 1
+            self._slots_used += 1
+            conn.slot = True
+        if evicted:
+            self.warn_throttled("all connection slots held, closing idle connections for requests")
+        return None
+
+    def end_request(self, conn: _Conn) -> None:
+        with self._lock:
+            conn.idle_since = time.monotonic()
+            self._changed.notify_all()
+
+    def _longest_idle(self, slot: bool, idle_before: float) -> _Conn | None:
+        """The connection of the kind idle the longest, if idle since before ``idle_before``.
+
+        A linear scan: it runs only when every slot is taken, over at most
+        max_connections + max_overflow connections.
+        """
+        best: _Conn | None = None
+        best_since = idle_before
+        for c in self._conns:
+            since = c.idle_since
+            if c.slot == slot and c.counted and since is not None and since <= best_since:
+                best, best_since = c, since
+        return best
+
+    def _evict(self, victim: _Conn) -> None:
+        """Under the lock: stop counting ``victim`` and shut its socket; its thread ends."""
+        victim.evicted = True
+        victim.counted = False
+        if victim.slot:
+            self._slots_used -= 1
+        else:
+            self._overflow_used -= 1
+        _shut(victim.sock)
+        log.debug("idle connection closed for another", extra={"kv": {"client": victim.client[0]}})
+
+    def _release(self, conn: _Conn) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+            if conn.counted:
+                conn.counted = False
+                if conn.slot:
+                    self._slots_used -= 1
+                else:
+                    self._overflow_used -= 1
+            self._changed.notify_all()
+
+    def _connection(self, conn: _Conn) -> None:
+        client = conn.client
+        sock = conn.sock
+        start = conn.idle_since or time.monotonic()
+        short = math.inf if conn.slot else _OVERFLOW_TIMEOUT
         try:
-            conn.settimeout(timeout)
+            head_start = start
             if self.ssl_context is not None:
-                start = time.monotonic()
-                if not self._looks_like_tls(conn, client):
+                handshake_deadline = start + min(self.handshake_timeout, short)
+                if not self._looks_like_tls(sock, client, handshake_deadline):
                     return
-                conn = self.ssl_context.wrap_socket(
+                tls = self.ssl_context.wrap_socket(
                     sock, server_side=True, do_handshake_on_connect=False
                 )
-                self._retrack(sock, conn)
-                # Peek and handshake share one timeout; CPython's ssl applies a socket
-                # timeout to the handshake as a whole, not per read.
-                conn.settimeout(max(0.001, timeout - (time.monotonic() - start)))
-                conn.do_handshake()
+                with self._lock:
+                    conn.sock = sock = tls
+                    if conn.evicted:  # evicted while the old socket object was detached
+                        return
+                # CPython's ssl applies a socket timeout to the handshake as a whole.
+                tls.settimeout(max(0.001, handshake_deadline - time.monotonic()))
+                tls.do_handshake()
                 if self.web_config is not None and not self.web_config.client_san_allowed(
-                    conn.getpeercert()
+                    tls.getpeercert()
                 ):
                     log.warning(
                         "client certificate has no allowed SAN",
                         extra={"kv": {"client": client[0]}},
                     )
                     return
-            _Handler(conn, client, self, overloaded, timeout)
+                head_start = time.monotonic()
+            head_deadline = head_start + min(self.header_timeout, short)
+            _Handler(sock, client, self, conn, head_deadline)
         except OSError as e:  # resets, TLS failures, timeouts: the client's doing, not ours
             log.debug("connection ended", extra={"kv": {"client": client[0], "err": e}})
         except Exception:
             log.exception("connection handler failed", extra={"kv": {"client": client[0]}})
         finally:
-            self._untrack(conn)
-            self._close(conn)
-            slot.release()
+            with self._lock:
+                conn.idle_since = None  # lingering below: not idle, not to be evicted
+            self._close(sock, linger=not conn.evicted)
+            self._release(conn)
 
-    def _looks_like_tls(self, sock: socket.socket, client: Any) -> bool:
+    def _looks_like_tls(self, sock: socket.socket, client: Any, deadline: float) -> bool:
         """Peek at the first byte: answer plain HTTP on the TLS port with a readable 400."""
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
         first = sock.recv(1, socket.MSG_PEEK)
         if not first:
             return False
@@ -671,19 +1035,19 @@ class ExporterServer(socketserver.TCPServer):
             )
         return False
 
-    def _close(self, conn: socket.socket) -> None:
+    def _close(self, conn: socket.socket, linger: bool = True) -> None:
         """Close after draining what the client still sends.
 
         Closing with unread input makes the kernel send a reset, which can destroy our
         response (a 503, 400, 414) before the client reads it. So: end our side, read and
         discard for a moment, then close. The raw socket methods are used so this works
-        the same on TLS sockets.
+        the same on TLS sockets. An evicted connection got no response: no lingering.
         """
         try:
             socket.socket.shutdown(conn, socket.SHUT_WR)
             deadline = time.monotonic() + _LINGER
             drained = 0
-            while drained < _LINGER_BYTES:
+            while linger and drained < _LINGER_BYTES:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -697,19 +1061,6 @@ class ExporterServer(socketserver.TCPServer):
         finally:
             conn.close()
 
-    def _track(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._conns.add(conn)
-
-    def _untrack(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._conns.discard(conn)
-
-    def _retrack(self, old: socket.socket, new: socket.socket) -> None:
-        with self._lock:
-            self._conns.discard(old)
-            self._conns.add(new)
-
     def warn_throttled(self, message: str, every: float = 10.0) -> None:
         """Log a warning at most once per ``every`` seconds, for things a flood repeats."""
         now = time.monotonic()
@@ -722,3 +1073,9 @@ class ExporterServer(socketserver.TCPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver's default prints a traceback to stderr.
         log.exception("error in the accept loop", extra={"kv": {"client": client_address}})
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut a socket down both ways so the thread blocked on it wakes up; TLS included."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)

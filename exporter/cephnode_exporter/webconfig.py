@@ -24,7 +24,16 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CLIENT_AUTH_TYPES", "TLS_VERSIONS", "WebConfig", "WebConfigError", "load_web_config"]
+from cephnode_exporter import safeio
+
+__all__ = [
+    "CLIENT_AUTH_TYPES",
+    "MAX_BCRYPT_COST",
+    "TLS_VERSIONS",
+    "WebConfig",
+    "WebConfigError",
+    "load_web_config",
+]
 
 
 class WebConfigError(ValueError):
@@ -69,6 +78,14 @@ _HEADERS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 # $2a$, $2b$, $2x$, $2y$ with a two-digit cost and 53 characters of salt and hash.
 _BCRYPT_RE = re.compile(r"^\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+# The highest bcrypt cost accepted. Each step doubles the work: with the bcrypt module on
+# the development machines a check took 0.05 s at cost 10 and 0.9 s at 14, so about 4 s
+# at 16 and a day and a half at 31. Verified passwords are cached, but every wrong
+# password anyone sends pays the full cost again, so a cost that takes seconds turns a
+# few requests into a CPU denial of service on a storage node, and a scraper whose
+# credentials are not yet cached waits that long.
+MAX_BCRYPT_COST = 14
+_COST_1S = 14  # the cost that takes about one second (above)
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users")
 _TOP_UNSUPPORTED = {
@@ -205,11 +222,18 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def _read_yaml(path: str) -> Any:
+    """The web config's YAML. A regular file of at most 1 MiB, nested at most 32 levels
+    (safeio): a FIFO would hang start-up, /dev/zero would fill memory, and a deep
+    document would end in a RecursionError instead of one line."""
     try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError as e:
-        raise WebConfigError(f"web config {path}: cannot read: {e.strerror or e}") from e
+        text = safeio.read_config_text(path, "web config")
+    except safeio.ConfigFileError as e:
+        detail = str(e).removeprefix(f"web config {path}: ")
+        raise WebConfigError(f"web config {path}: cannot read: {detail}") from None
+    try:
+        safeio.check_yaml_depth(text, f"web config {path}")
+    except safeio.ConfigFileError as e:
+        raise WebConfigError(str(e).replace(": not valid YAML:", ": invalid YAML:", 1)) from None
     try:
         return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
@@ -254,11 +278,12 @@ def _string_list(path: str, key: str, value: Any) -> list[str]:
 
 
 def _read_file(path: str, key: str, filename: str) -> str:
+    """A certificate, key or CA file: a regular file of at most 1 MiB, as the config."""
     try:
-        with open(filename, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError as e:
-        raise _error(path, key, f"cannot read {filename}: {e.strerror or e}") from e
+        return safeio.read_config_text(filename, "file")
+    except safeio.ConfigFileError as e:
+        detail = str(e).removeprefix(f"file {filename}: ")
+        raise _error(path, key, f"cannot read {filename}: {detail}") from None
 
 
 def _no_password() -> bytes:
@@ -430,5 +455,23 @@ def _load_users(path: str, users: Any) -> dict[str, bytes]:
         match = _BCRYPT_RE.match(hashed)
         if match is None or not 4 <= int(match.group(1)) <= 31:
             raise _error(path, key, "is not a bcrypt hash (see docs/web-config.md)")
+        cost = int(match.group(1))
+        if cost > MAX_BCRYPT_COST:
+            raise _error(
+                path,
+                key,
+                f"bcrypt cost {cost} is too high (at most {MAX_BCRYPT_COST}): one check would "
+                f"take about {_duration(2.0 ** (cost - _COST_1S))} of CPU, paid again for every "
+                "wrong password sent; hash the password again with cost 10 to 12 "
+                "(see docs/web-config.md)",
+            )
         out[user] = hashed.encode("ascii")
     return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"

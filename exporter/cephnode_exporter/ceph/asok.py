@@ -19,11 +19,13 @@ src/common/admin_socket_client.cc ``AdminSocketClient::do_request``):
 Why so defensive: the exporter runs next to production OSDs. A stopped OSD (SIGSTOP, a
 hung process) still *accepts* connections (the kernel queues them in the backlog) and
 never answers; a confused or hostile peer can announce 4 GiB or send garbage. Every
-exchange therefore has a total deadline, the announced length is checked against a cap
-before anything is read, and JSON errors (including excessive nesting) surface as
-:class:`AsokDecodeError`. And because the admin socket also takes commands that change a
-running OSD (``config set``, ``compact``, ``bench``, ``injectargs``, ...), the client
-refuses everything but an allowlist of read-only commands before it opens a socket.
+exchange therefore has a total deadline, the announced length is checked against the
+command's own cap before anything is read, a reply's JSON items are counted before it is
+parsed (parsed JSON takes 10 to 100 times its size in memory), and JSON errors (including
+excessive nesting) surface as :class:`AsokDecodeError`. And because the admin socket also
+takes commands that change a running OSD (``config set``, ``compact``, ``bench``,
+``injectargs``, ...), the client refuses everything but an allowlist of read-only
+commands before it opens a socket.
 """
 
 from __future__ import annotations
@@ -47,11 +49,11 @@ from typing import Any, Generic, TypeVar
 DEFAULT_TIMEOUT = 5.0
 # Connecting to a live daemon is immediate; it only waits when the backlog is full.
 DEFAULT_CONNECT_TIMEOUT = 1.0
-# Largest reply accepted. Measured on Ceph 16.2.15 with format=json: perf schema 90 KB,
-# config show 65 KB, perf histogram dump 18 KB, perf dump 18 KB (docs/ceph.md).
-# dump_ops_in_flight grows with the ops in flight (about 1-2 KB each); 16 MiB leaves
-# room for thousands of stuck ops while bounding what a hostile peer can make us hold.
+# Largest reply accepted from any command, whatever its own cap (Allowed.max_bytes) says:
+# the ceiling of a caller's max_reply_bytes.
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 # char cmd[1024] in AdminSocket::do_accept, terminator included.
 MAX_REQUEST_BYTES = 1023
 # The reply length prefix: a big-endian uint32 (htonl in do_accept).
@@ -66,10 +68,21 @@ DEFAULT_WORKERS = 32
 
 @dataclass(frozen=True)
 class Allowed:
-    """An allowlisted command: the arguments it may carry and whether it answers text."""
+    """An allowlisted command: the arguments it may carry, whether it answers text, and
+    the largest reply accepted from it: ``max_bytes`` announced, ``max_items`` JSON items.
+
+    Why per command: bytes alone do not bound memory. ``json.loads`` of a 12 MB object of
+    a million small keys takes about 200 MB, and an OSD's parallel task holds five
+    replies at once; the real replies are tens of KB (docs/limits.md has the sizes
+    measured on the Pacific test cluster and the margins). ``max_items`` bounds the
+    values a parse creates (see :func:`json_items`), each 60 to 150 bytes in memory
+    beside the text it holds: 16,000 items are at most about 2 MB.
+    """
 
     args: frozenset[str] = frozenset()
     text: bool = False
+    max_bytes: int = 64 * KIB
+    max_items: int = 16_000
 
 
 # Read-only commands. Each exists on a Pacific 16.2.15 OSD with exactly these arguments
@@ -79,25 +92,51 @@ class Allowed:
 # command (admin_socket.cc, execute_command) and which makes the daemon write a file.
 # `perf reset`, `config set/unset`, `injectargs`, `compact`, `bench`, `cache drop`,
 # `flush_*`, `heap`, `bluefs debug_inject_read_zeros`, ... are deliberately absent.
+#
+# Reply caps: the largest reply measured on the Pacific 16.2.15 test cluster's OSDs
+# (memstore and BlueStore, idle, after a bench, and with a replica stopped under a
+# 128-thread write load; docs/limits.md has the table) times a margin of 11 to 28, for the
+# counters and options newer releases add; replies of a few hundred bytes get the 64 KiB
+# and 16,000-item floor, which costs nothing. Ops in flight take 1.4 KB and 55 items each
+# (121 KB for 86 ops): that cap holds about 2,900 ops, eleven times the client ops an OSD
+# admits at once (osd_client_message_cap, 256 in Pacific).
 ALLOWED_COMMANDS: Mapping[str, Allowed] = MappingProxyType(
     {
         # common/ceph_context.cc: "perf dump name=logger,... name=counter,..."
-        "perf dump": Allowed(frozenset({"logger", "counter"})),
-        "perf schema": Allowed(),
-        "perf histogram dump": Allowed(frozenset({"logger", "counter"})),
+        # Measured: 18.6 KB, 935 items. More room: it grows with the messenger threads
+        # and op shards (a section each; Reef adds one per mclock shard queue). Items: a
+        # quarter of the bytes, like the floor.
+        "perf dump": Allowed(
+            frozenset({"logger", "counter"}), max_bytes=512 * KIB, max_items=128_000
+        ),
+        # 90 KB, 4,545 items.
+        "perf schema": Allowed(max_bytes=1 * MIB, max_items=64_000),
+        # 18.5 KB, 5,095 items (all loggers; the collector asks for logger osd: 17.7 KB).
+        "perf histogram dump": Allowed(
+            frozenset({"logger", "counter"}), max_bytes=256 * KIB, max_items=64_000
+        ),
+        # 1.7 KB.
         "perf histogram schema": Allowed(),
         # osd/OSD.cc: "dump_ops_in_flight name=filterstr,type=CephString,n=N,req=false"
-        "dump_ops_in_flight": Allowed(frozenset({"filterstr"})),
-        "dump_historic_slow_ops": Allowed(frozenset({"filterstr"})),
+        # 121 KB, 4,732 items with 86 ops in flight (above).
+        "dump_ops_in_flight": Allowed(
+            frozenset({"filterstr"}), max_bytes=4 * MIB, max_items=160_000
+        ),
+        # At most osd_op_history_slow_op_size (20) ops: 34 KB, 1,343 items.
+        "dump_historic_slow_ops": Allowed(
+            frozenset({"filterstr"}), max_bytes=512 * KIB, max_items=24_000
+        ),
         # common/ceph_context.cc: "config show", "config get name=var,type=CephString"
-        "config show": Allowed(),
+        # 64.7 KB, 1,842 items.
+        "config show": Allowed(max_bytes=1 * MIB, max_items=32_000),
         "config get": Allowed(frozenset({"var"})),
         "status": Allowed(),
         "version": Allowed(),
         # Empty unless rocksdb_perf and a rocksdb_collect_* option are true; then several
         # JSON objects back to back with repeated keys: read it with raw() (ceph/kvstats.py).
-        "dump_objectstore_kv_stats": Allowed(),
-        # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only.
+        # 16.7 KB, 319 items on Pacific; 57 KB on Tentacle (every column family).
+        "dump_objectstore_kv_stats": Allowed(max_bytes=1 * MIB, max_items=16_000),
+        # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only. 102 bytes.
         "bluefs stats": Allowed(text=True),
     }
 )
@@ -130,6 +169,10 @@ class AsokConnectError(AsokError):
     reason = "connect"
 
 
+class AsokStale(AsokConnectError):
+    """ECONNREFUSED: a socket file nobody listens on (its daemon died or moved)."""
+
+
 class AsokTimeout(AsokError):
     """The deadline passed (the daemon is stopped, hung or too slow)."""
 
@@ -143,7 +186,8 @@ class AsokTruncated(AsokError):
 
 
 class AsokReplyTooLarge(AsokError):
-    """The announced reply length is above the cap; nothing of it was read."""
+    """The announced reply length is above the cap (nothing of it was read), or the
+    reply holds more JSON items than its command's cap (it was not parsed)."""
 
     reason = "too_large"
 
@@ -187,6 +231,34 @@ def encode_request(prefix: str, args: Mapping[str, object], path: str = "") -> b
             path, prefix, f"request is {len(data)} bytes, the daemon takes {MAX_REQUEST_BYTES}"
         )
     return data + b"\0"
+
+
+def json_items(payload: bytes) -> int:
+    """Commas plus opening brackets of a JSON text: what bounds the memory its parse takes.
+
+    Every array element and object member follows a comma or is the first of a
+    non-empty container, so a text holds at most this many values plus one (the root).
+    Commas alone would not do: ``[[[[1]]]]`` chains cost a list per two bytes. These
+    characters inside strings count too, which only errs on the safe side. ``bytes.count``
+    scans at memory speed: about a millisecond for a 4 MiB reply.
+    """
+    return payload.count(b",") + payload.count(b"[") + payload.count(b"{")
+
+
+def check_items(payload: bytes, path: str, prefix: str) -> None:
+    """Raise :class:`AsokReplyTooLarge` when a JSON reply has more items than its
+    command's cap, before anything parses it."""
+    spec = ALLOWED_COMMANDS.get(prefix)
+    if spec is None or spec.text:
+        return
+    items = json_items(payload)
+    if items > spec.max_items:
+        raise AsokReplyTooLarge(
+            path,
+            prefix,
+            f"reply of {len(payload)} bytes holds {items} JSON items, the cap for this "
+            f"command is {spec.max_items} (docs/limits.md); not parsed",
+        )
 
 
 def parse_json(payload: bytes, path: str = "", prefix: str = "") -> Any:
@@ -273,6 +345,7 @@ class AdminSocket:
         if payload.startswith(b"ERROR:"):
             text = payload.decode("utf-8", "replace").strip().replace("\n", " | ")
             raise AsokCommandError(self.path, prefix, text[:300])
+        check_items(payload, self.path, prefix)
         return payload
 
     def peer_pid(self, *, deadline: float | None = None) -> int | None:
@@ -342,6 +415,14 @@ class AdminSocket:
                         prefix,
                         f"daemon announced {length} bytes, the cap is {self.max_reply_bytes}",
                     )
+                cap = ALLOWED_COMMANDS[prefix].max_bytes if prefix in ALLOWED_COMMANDS else 0
+                if cap and length > cap:
+                    raise AsokReplyTooLarge(
+                        self.path,
+                        prefix,
+                        f"daemon announced {length} bytes, the cap for this command is {cap} "
+                        "(docs/limits.md); nothing read",
+                    )
                 return bytes(self._recv_exact(sock, prefix, length, deadline, "reply", start))
             finally:
                 sock.close()
@@ -367,7 +448,8 @@ class AdminSocket:
                 time.sleep(_CONNECT_RETRY_S)
             except OSError as exc:
                 sock.close()
-                raise AsokConnectError(self.path, prefix, _connect_reason(exc)) from None
+                kind = AsokStale if isinstance(exc, ConnectionRefusedError) else AsokConnectError
+                raise kind(self.path, prefix, _connect_reason(exc)) from None
 
     def _send(self, sock: socket.socket, prefix: str, data: bytes, deadline: float) -> None:
         view = memoryview(data)

@@ -14,6 +14,14 @@ Two layouts exist under the socket directory (``--ceph.socket-dir``, /var/run/ce
 Sockets come and go with the OSDs, so discovery is cheap (one ``scandir`` per directory)
 and runs on every scrape. A socket file left behind by a dead daemon still looks like a
 socket; the client reports it as "connection refused".
+
+One OSD can show up twice: ``cephadm adopt`` starts the daemon in a container, which makes
+its socket in ``<fsid>/``, and leaves the package layout's file behind when the old
+daemon did not remove it (killed, or stopped by systemd after a crash); a symlink kept
+for old tools does the same with a live socket. Two clusters on one node can also each
+have an ``osd.0``. :func:`choose_sockets` keeps one socket per daemon and tells the
+stale and the duplicate ones apart from a second cluster's OSD, so that no two series
+sets claim the same ``ceph_daemon``.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from cephnode_exporter.hostfs import ReadErrors
 
@@ -41,17 +50,24 @@ class DiscoveryError(OSError):
 @dataclass(frozen=True, order=True)
 class OSDSocket:
     """An OSD admin socket. ``cluster`` is the cluster name (package layout) or the
-    fsid (cephadm layout): it tells apart two clusters on one node."""
+    fsid (cephadm layout): it tells apart two clusters on one node. ``mtime`` is the
+    socket file's (a daemon creates its socket when it starts). ``qualified`` is set by
+    :func:`choose_sockets` when another cluster's OSD on this node has the same id."""
 
     cluster: str
     osd_id: int
     path: str
     layout: str  # "package" or "cephadm"
+    mtime: float = field(default=0.0, compare=False)
+    qualified: bool = field(default=False, compare=False)
 
     @property
     def ceph_daemon(self) -> str:
-        """The label Ceph's own exporters use: ``osd.<id>``."""
-        return f"osd.{self.osd_id}"
+        """The label Ceph's own exporters use: ``osd.<id>``; ``<cluster>-osd.<id>`` (the
+        name Ceph gives the daemon's socket and log, ``$cluster-$name``) when the node
+        has OSDs of two clusters with this id."""
+        name = f"osd.{self.osd_id}"
+        return f"{self.cluster}-{name}" if self.qualified else name
 
 
 def _scan(directory: str) -> list[os.DirEntry[str]]:
@@ -59,11 +75,13 @@ def _scan(directory: str) -> list[os.DirEntry[str]]:
         return list(it)
 
 
-def _is_socket(entry: os.DirEntry[str]) -> bool:
+def _socket_mtime(entry: os.DirEntry[str]) -> float | None:
+    """The modification time of a socket (through a symlink), None for anything else."""
     try:
-        return stat.S_ISSOCK(entry.stat(follow_symlinks=True).st_mode)
+        st = entry.stat(follow_symlinks=True)
     except OSError:
-        return False  # vanished between scandir and stat, or a dangling link
+        return None  # vanished between scandir and stat, or a dangling link
+    return st.st_mtime if stat.S_ISSOCK(st.st_mode) else None
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -79,7 +97,10 @@ def _osd_sockets(
     found = []
     for entry in entries:
         m = _OSD_SOCKET.match(entry.name)
-        if m is None or not _is_socket(entry):
+        if m is None:
+            continue
+        mtime = _socket_mtime(entry)
+        if mtime is None:
             continue
         found.append(
             OSDSocket(
@@ -87,6 +108,7 @@ def _osd_sockets(
                 osd_id=int(m["id"]),
                 path=os.path.join(directory, entry.name),
                 layout=layout,
+                mtime=mtime,
             )
         )
     return found
@@ -130,3 +152,119 @@ def discover_osd_sockets(
             continue
         found.extend(_osd_sockets(sub, sub_entries, entry.name.lower(), "cephadm"))
     return sorted(found)
+
+
+# ----------------------------------------------------------------------------- choosing
+
+STALE = "stale"
+DUPLICATE = "duplicate"
+LIMIT = "limit"
+# Why a socket found is not reported: stale and duplicate ones count in
+# cephnode_osd_sockets_ignored, those beyond --collector.osd.max-sockets (limit) in
+# cephnode_scrape_collector_items_dropped.
+DROP_REASONS = (STALE, DUPLICATE, LIMIT)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What querying a socket told about it: ``refused`` when connecting failed with
+    ECONNREFUSED (nobody listens: a stale file), and the cluster fsid its daemon reported
+    in ``config show`` (this scrape's or an earlier one's), None when unknown."""
+
+    refused: bool = False
+    fsid: str | None = None
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A socket found but not scraped, why (one of DROP_REASONS), and the path of the
+    socket that serves the same OSD instead ("" for the limit)."""
+
+    socket: OSDSocket
+    reason: str
+    instead: str = ""
+
+
+@dataclass
+class Choice:
+    """The sockets to report, one per daemon, and those left out."""
+
+    kept: list[OSDSocket]
+    dropped: list[Dropped]
+
+
+def _osd_order(s: OSDSocket) -> tuple[int, str, str]:
+    return (s.osd_id, s.cluster, s.path)
+
+
+def limit_sockets(sockets: Iterable[OSDSocket], limit: int) -> Choice:
+    """The first ``limit`` sockets by OSD id (then cluster and path), so that the same
+    sockets are kept on every scrape and a stale twin stays next to its live one."""
+    ordered = sorted(sockets, key=_osd_order)
+    return Choice(ordered[:limit], [Dropped(s, LIMIT) for s in ordered[limit:]])
+
+
+def _identity(s: OSDSocket, answer: Answer) -> str:
+    """The cluster a socket's daemon belongs to: the fsid it reported, else the fsid of
+    its cephadm directory, else (package layout, never answered) its cluster name."""
+    return (answer.fsid or s.cluster).lower()
+
+
+def _preference(s: OSDSocket, answer: Answer) -> tuple[bool, float, str]:
+    """Sort key, best first: a socket in the cephadm directory of the fsid its daemon
+    reported, then the newest file (the daemon started last made it), then the path."""
+    at_home = s.layout == "cephadm" and answer.fsid is not None and answer.fsid.lower() == s.cluster
+    return (not at_home, -s.mtime, s.path)
+
+
+def choose_sockets(sockets: Iterable[OSDSocket], answers: Mapping[str, Answer]) -> Choice:
+    """One socket per OSD daemon, from the sockets found and what querying them said
+    (``answers`` by path; a socket without one counts as not refused, fsid unknown).
+
+    Sockets are compared only with others of the same OSD id:
+
+    - one socket: kept, whatever it answered (a lone socket nobody listens on is a dead
+      OSD: it must be reported as failed, not hidden);
+    - a socket nobody listens on (ECONNREFUSED) beside one that does is ``stale``; when
+      none listens, the preferred one is kept to report the OSD and the others are stale;
+    - of the listening ones, those whose daemons belong to the same cluster (fsid) are
+      ``duplicate`` but the preferred one (:func:`_preference`);
+    - listening ones of different clusters are all kept and ``qualified``: their
+      ``ceph_daemon`` names the cluster, so the series sets stay apart.
+
+    Pure: the caller queries, this decides. The result is sorted like discovery's.
+    """
+    by_id: dict[int, list[OSDSocket]] = {}
+    for s in sockets:
+        by_id.setdefault(s.osd_id, []).append(s)
+    kept: list[OSDSocket] = []
+    dropped: list[Dropped] = []
+    none = Answer()
+    for group in by_id.values():
+        if len(group) == 1:
+            kept.extend(group)
+            continue
+
+        def pref(s: OSDSocket) -> tuple[bool, float, str]:
+            return _preference(s, answers.get(s.path, none))
+
+        live = sorted((s for s in group if not answers.get(s.path, none).refused), key=pref)
+        refused = sorted((s for s in group if answers.get(s.path, none).refused), key=pref)
+        if not live:
+            live, refused = refused[:1], refused[1:]
+        clusters: dict[str, OSDSocket] = {}
+        for s in live:  # best first: the first of each cluster is its daemon's socket
+            key = _identity(s, answers.get(s.path, none))
+            best = clusters.get(key)
+            if best is None:
+                clusters[key] = s
+            else:
+                dropped.append(Dropped(s, DUPLICATE, best.path))
+        chosen = list(clusters.values())
+        if len(chosen) > 1:
+            chosen = [replace(s, qualified=True) for s in chosen]
+        kept.extend(chosen)
+        dropped.extend(Dropped(s, STALE, live[0].path) for s in refused)
+    kept.sort()
+    dropped.sort(key=lambda d: (DROP_REASONS.index(d.reason), d.socket))
+    return Choice(kept, dropped)

@@ -19,6 +19,10 @@ own OSDs at a fraction of the cost (docs/performance.md):
   rule reads one mean per OSD instead of two raw counters. LatencyWindow keeps its
   buckets and sum in one.
 
+The windows keep at most one read per ``window_s / WINDOW_SLOTS`` seconds besides the
+newest, so their memory is bounded by the window, not by how often the exporter is
+scraped: a client scraping back to back no longer grows the exporter without limit.
+
 Pure: no I/O, no clock (callers pass the time), no Prometheus code. The alert tests'
 fleet generator imports this module, so its API stays as it is.
 """
@@ -35,6 +39,12 @@ from cephnode_exporter.logs import kv
 log = logging.getLogger(__name__)
 
 Buckets = Sequence[tuple[float, float]]
+
+# Reads a window keeps per window length: one per window_s / WINDOW_SLOTS seconds, plus
+# the newest. 30 slots put the baseline at most 10 s inside a 300 s window (3 %) and keep
+# every read of a 10 s or slower scrape interval; at most 32 reads per window, about
+# 25 KB for an OSD histogram's 18 buckets and sum (measured), whatever the scrape rate.
+WINDOW_SLOTS = 30
 
 
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
@@ -106,13 +116,21 @@ class CounterWindow:
     """Several cumulative counters of one OSD, read together, over a sliding window.
 
     Like :class:`LatencyWindow` without buckets: the reads of the last ``window_s``
-    seconds, the oldest inside the window being the baseline of every increase. The
+    seconds, the oldest kept inside the window being the baseline of every increase. The
     counters are one tuple per read, so one deque entry serves them all (the collector
     keeps the commit and RocksDB sums and counts of an OSD in one window).
+
+    Reads closer together than ``window_s / WINDOW_SLOTS`` are thinned: each kept read
+    but the newest is at least that far from the one before it, so at most
+    WINDOW_SLOTS + 2 are kept however often the OSD is read. An increase only needs its
+    two ends, and the thinning keeps the first read of each slot: the baseline is the
+    oldest read inside the window, or one at most a slot younger once the window slides.
     """
 
     def __init__(self, window_s: float) -> None:
         self.window_s = float(window_s)
+        # Minimum seconds between two kept reads other than the newest.
+        self.spacing_s = self.window_s / WINDOW_SLOTS
         # (time, cumulative values), oldest first.
         self._reads: deque[tuple[float, tuple[float, ...]]] = deque()
         # As LatencyWindow: seconds since the previous read when older than the window.
@@ -124,7 +142,9 @@ class CounterWindow:
     def observe(self, now: float, values: Sequence[float]) -> None:
         """Record one read. Any value below its previous read (a counter reset), or a
         different number of values, drops every earlier read. Reads older than the window
-        (now - t > window_s) are dropped, exactly as LatencyWindow does."""
+        (now - t > window_s) are dropped, exactly as LatencyWindow does. The previous
+        newest read gives way to this one when it is less than ``spacing_s`` after the
+        read before it: it was kept only as the newest."""
         current = values if isinstance(values, tuple) else tuple(values)
         reads = self._reads
         previous = None
@@ -132,6 +152,8 @@ class CounterWindow:
             previous, last = reads[-1]
             if len(last) != len(current) or any(v < o for v, o in zip(current, last, strict=True)):
                 reads.clear()
+            elif len(reads) >= 2 and previous - reads[-2][0] < self.spacing_s:
+                reads.pop()
         reads.append((now, current))
         while now - reads[0][0] > self.window_s:
             reads.popleft()
@@ -182,7 +204,9 @@ class LatencyWindow:
     baseline) and the newest: with one read a minute and a 300 s window that is the
     samples a PromQL ``rate(x[5m])`` works on. The buckets and the sum are the counters
     of a :class:`CounterWindow`, so a counter reset (the OSD restarted, its counts went
-    down) drops every earlier read; so do bucket edges that change.
+    down) drops every earlier read; so do bucket edges that change. Reads are thinned
+    as the CounterWindow's are, so the baseline of reads taken more often than
+    ``window_s / WINDOW_SLOTS`` is at most that much younger than the oldest read.
     """
 
     def __init__(self, window_s: float) -> None:
@@ -230,12 +254,17 @@ class LatencyWindow:
 class PooledHistogram:
     """Several OSDs' cumulative histograms (one op type, one media) pooled into one.
 
-    Each read adds the OSD's increase since its previous read; a counter reset counts
-    from 0, as ``rate()`` does. An OSD seen for the first time adds its whole count only
-    when ``initial`` (the exporter's first read, when the pool starts too); otherwise
-    that read is only its baseline, so an OSD created, or back after a long outage, does
-    not add its lifetime's ops in one scrape. A forgotten OSD's past ops stay. The pool
-    only grows, so ``rate()`` of it is the sum of the OSDs' rates.
+    The pool starts at 0 with the exporter: its first read of every OSD (``initial``)
+    is only remembered. Then each read adds the OSD's increase since its previous read;
+    a counter reset, or a restart the caller saw (``restarted``: a new pid, whose counts
+    may already be above the old ones), counts from 0, as ``rate()`` does. An OSD seen
+    for the first time later is only a baseline too, so an OSD created, or back after a
+    long outage, does not add its lifetime's ops in one scrape. A forgotten OSD's past
+    ops stay. The pool only grows, so ``rate()`` of it is the sum of the OSDs' rates, and
+    an exporter restart is a reset to 0, which ``rate()`` reads right. Had the pool
+    started from the OSDs' lifetime counts, an exporter restart after an OSD restart
+    would drop it to a smaller total, read by ``rate()`` as a reset followed by that
+    whole total in one scrape (millions of ops per second).
     """
 
     def __init__(self) -> None:
@@ -248,8 +277,12 @@ class PooledHistogram:
     def __contains__(self, key: str) -> bool:
         return key in self._last
 
-    def update(self, key: str, buckets: Buckets, sum_s: float, initial: bool) -> None:
-        """Fold in one read of the OSD ``key`` (its admin socket path)."""
+    def update(
+        self, key: str, buckets: Buckets, sum_s: float, initial: bool, restarted: bool = False
+    ) -> None:
+        """Fold in one read of the OSD ``key`` (its admin socket path); ``initial``: the
+        exporter's first read (remember, add nothing); ``restarted``: the OSD restarted
+        since its previous read (add its whole counts)."""
         edges = tuple(float(e) for e, _ in buckets)
         counts = tuple(float(c) for _, c in buckets)
         if not self._edges:
@@ -267,12 +300,12 @@ class PooledHistogram:
             return
         previous = self._last.get(key)
         self._last[key] = (counts, float(sum_s))
-        if previous is None:
-            if not initial:
-                return
+        if initial:
+            return
+        if restarted or (previous is not None and _reset(counts, sum_s, *previous)):
             add, add_sum = counts, float(sum_s)
-        elif _reset(counts, sum_s, *previous):
-            add, add_sum = counts, float(sum_s)
+        elif previous is None:
+            return  # an OSD new since the start: a baseline
         else:
             old, old_sum = previous
             add = tuple(c - o for c, o in zip(counts, old, strict=True))

@@ -3,11 +3,17 @@
 A check is a pure function of one collector's facts and its profile settings. It
 returns results that say only whether the setting deviates; the profile decides whether a
 deviation is a failure or a warning, and whether the check runs at all.
+
+A check fails closed: when the facts it needs were unreadable or make no sense, its
+finding is :meth:`Finding.cannot_judge` (status ``unknown`` with the reason), never a
+pass and never a ``skip``, which is kept for what does not apply to the node (no NVMe,
+no OSD, a link that is down). A detuned node must never look clean.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -46,7 +52,9 @@ class Result:
 class Finding:
     """What a check function returns: the facts of one subject and whether they deviate.
 
-    ``deviates`` is None when the check does not apply (it becomes ``skip``).
+    ``deviates`` is None when the check does not apply (it becomes ``skip``). ``unknown``
+    is set by :meth:`cannot_judge` when the facts were unreadable or nonsensical (it
+    becomes ``unknown``, and ``observed`` says why).
     """
 
     subject: str
@@ -54,13 +62,26 @@ class Finding:
     observed: str
     expected: str
     hint: str = ""
+    unknown: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unknown and self.deviates is not None:
+            raise ValueError("an unknown finding cannot also say whether it deviates")
+
+    @classmethod
+    def cannot_judge(cls, subject: str, reason: str, expected: str) -> Finding:
+        """The check applies but its input was unreadable or makes no sense: ``unknown``
+        with the reason, so a node whose facts cannot be read never looks clean."""
+        return cls(subject, None, reason, expected, unknown=True)
 
 
 CheckFunc = Callable[[Any, dict[str, Any]], list[Finding]]
 # A family's function also gets the member its instance checks ("net.core.somaxconn").
 FamilyFunc = Callable[[Any, dict[str, Any], str], list[Finding]]
-# A parameter's type, or a tuple of accepted types (a sysctl value: int, str or list).
-ParamType = type | tuple[type, ...]
+# A parameter's type: a type, a list of one element type (``list[str]``: the profile's
+# list must hold only such elements), or a tuple of accepted ones (a sysctl value: int,
+# str or list[int]).
+ParamType = type | types.GenericAlias | tuple[type | types.GenericAlias, ...]
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,9 @@ def evaluate(
             results.append(Result(name, "", Status.UNKNOWN, f"check error: {exc!r}", ""))
             continue
         for f in findings:
-            if f.deviates is None:
+            if f.unknown:
+                status = Status.UNKNOWN
+            elif f.deviates is None:
                 status = Status.SKIP
             elif f.deviates:
                 status = settings.severity

@@ -39,7 +39,9 @@ def _vendor(units: list[str] | None) -> str:
 
 @check("iommu.nvme", "iommu")
 def nvme_dma(facts: IommuFacts, params: dict[str, Any]) -> list[Finding]:
-    """One result per NVMe controller: fails when its IOMMU group translates DMA."""
+    """One result per NVMe controller: fails when its IOMMU group translates DMA; unknown
+    when its group or the IOMMU state was unreadable; skipped when the kernel's state does
+    not tell (a fabrics controller, a domain type such as "blocked")."""
     if not facts.controllers:
         active = {None: "unknown", True: "active", False: "not active"}[facts.active]
         observed = f"no NVMe controllers on this node (IOMMU {active})"
@@ -51,7 +53,9 @@ def nvme_dma(facts: IommuFacts, params: dict[str, Any]) -> list[Finding]:
             observed = f"IOMMU group {c.group}, default domain {c.domain_type} ({c.why})"
         else:
             observed = c.why
-        if c.translated is None:
+        if c.unreadable:
+            out.append(Finding.cannot_judge(c.controller, observed, EXPECTED))
+        elif c.translated is None:
             out.append(Finding(c.controller, None, observed, EXPECTED))
         else:
             out.append(

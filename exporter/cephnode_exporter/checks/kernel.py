@@ -7,7 +7,7 @@ from typing import Any
 from cephnode_exporter.checks import Finding, check, check_family
 from cephnode_exporter.collectors.kernel import SYSCTL_FAMILY, KernelFacts
 from cephnode_exporter.hostfs.kernel import VulnState
-from cephnode_exporter.hostfs.sysctl import sysctl_path_parts
+from cephnode_exporter.hostfs.sysctl import sysctl_path_parts, sysctl_target
 
 # How a sysctl is compared with the profile's value; vectors element by element.
 COMPARISONS = {
@@ -18,31 +18,11 @@ COMPARISONS = {
 SYSCTL_D_FILE = "/etc/sysctl.d/90-ceph-tuning.conf"
 
 
-def expected_value(value: Any) -> tuple[int, ...] | str:
-    """The profile's value as integers (``2048``, ``"10240 87380 2147483647"``, a list of
-    integers) or, for a string sysctl, the text; ValueError when it is neither."""
-    if isinstance(value, bool):
-        raise ValueError("value must be an integer, a string or a list of integers")
-    if isinstance(value, int):
-        return (value,)
-    if isinstance(value, list):
-        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ValueError("a list value must hold integers")
-        return tuple(value)
-    text = " ".join(str(value).split())
-    if not text:
-        raise ValueError("value is empty")
-    try:
-        return tuple(int(f) for f in text.split())
-    except ValueError:
-        return text
-
-
 def _validate_sysctl(params: dict[str, Any]) -> None:
     compare = params["compare"]
     if compare not in COMPARISONS:
         raise ValueError(f"compare must be one of {', '.join(COMPARISONS)}, not {compare!r}")
-    if isinstance(expected_value(params["value"]), str) and compare != "equal":
+    if isinstance(sysctl_target(params["value"]), str) and compare != "equal":
         raise ValueError(f"value {params['value']!r} is not numeric: only compare: equal works")
 
 
@@ -75,18 +55,20 @@ def sysctl(facts: KernelFacts, params: dict[str, Any], member: str) -> list[Find
     """A sysctl against the profile's value: at least, at most or equal, element-wise.
 
     A larger buffer or backlog than the profile's passes ``at_least``, and the fix never
-    lowers an element that is already past the profile's value.
+    lowers an element that is already past the profile's value. A sysctl the kernel does
+    not have is skipped; one that is unreadable, not decimal integers where the profile
+    has numbers, or a vector of another length is ``unknown``.
     """
-    want = expected_value(params["value"])
+    want = sysctl_target(params["value"])
     test, words = COMPARISONS[params["compare"]]
     expected = f"{words} {_text(want)}"
     if not isinstance(want, str) and len(want) > 1:
         expected += " (element-wise)"
     reading = facts.sysctls.get(member)
     if reading is None:
-        return [Finding("", None, "not read by the collector", expected)]
+        return [Finding.cannot_judge("", "not read by the collector", expected)]
     if reading.error is not None:
-        return [Finding("", None, f"unreadable: {reading.error}", expected)]
+        return [Finding.cannot_judge("", f"unreadable: {reading.error}", expected)]
     if reading.value is None:
         return [Finding("", None, "not present on this kernel", expected)]
     observed = reading.value
@@ -95,10 +77,11 @@ def sysctl(facts: KernelFacts, params: dict[str, Any], member: str) -> list[Find
         hint = _sysctl_hint(member, want) if deviates else ""
         return [Finding("", deviates, observed.text, expected, hint)]
     if observed.ints is None:
-        return [Finding("", None, f"not a number: {observed.text[:60]!r}", expected)]
+        why = f"not a number: {observed.text[:60]!r}"
+        return [Finding.cannot_judge("", why, expected)]
     if len(observed.ints) != len(want):
         why = f"{observed.text} ({len(observed.ints)} values, the profile has {len(want)})"
-        return [Finding("", None, why, expected)]
+        return [Finding.cannot_judge("", why, expected)]
     ok = [test(o, w) for o, w in zip(observed.ints, want, strict=True)]
     if all(ok):
         return [Finding("", False, observed.text, expected)]
@@ -112,7 +95,7 @@ def _validate_allowed(params: dict[str, Any]) -> None:
         raise ValueError("allowed must be a non-empty list of profile names")
 
 
-@check("tuned.profile", "kernel", validate=_validate_allowed, allowed=list)
+@check("tuned.profile", "kernel", validate=_validate_allowed, allowed=list[str])
 def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     """tuned applies a whole set of settings at once; a node without the right profile is
     missing all of them. A merged profile passes when every part is allowed."""
@@ -120,7 +103,7 @@ def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     expected = f"tuned profile {' or '.join(allowed)}"
     set_it = f"tuned-adm profile {allowed[0]}"
     if facts.tuned is None:
-        return [Finding("", None, f"unreadable: {facts.tuned_error}", expected)]
+        return [Finding.cannot_judge("", f"unreadable: {facts.tuned_error}", expected)]
     tuned = facts.tuned
     if not tuned.installed:
         hint = f"install tuned (apt install tuned), then: systemctl enable --now tuned; {set_it}"
@@ -188,4 +171,8 @@ def mitigations(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
         )
     if hints:
         return [Finding("", True, observed, expected, "; ".join(hints))]
+    if facts.vulnerability_errors:
+        unread = facts.vulnerability_errors
+        why = f"{observed}; {len(unread)} vulnerability files unreadable ({unread[0]})"
+        return [Finding.cannot_judge("", why, expected)]
     return [Finding("", False, observed, expected)]

@@ -9,8 +9,9 @@ to the ports (:mod:`cephnode_exporter.hostfs.inet`). Every other port is reporte
 ``skip`` with the reason: a 1 GbE management port at MTU 1500 is not a fault. When the
 node has no Ceph address (no daemon, or one bound to the wildcard address), or one
 that no port read leads to, every port is judged, as the observed text says. When the
-address sources are unreadable no port is judged (the text says the Ceph ports are
-unknown). A port whose link is down carries no traffic and is ``skip`` too.
+address sources are unreadable no port can be judged: every port is ``unknown`` (the
+text says the Ceph ports are unknown), never a pass. A port whose link is down carries
+no traffic and is ``skip``; a port whose MTU or rings were unreadable is ``unknown``.
 
 With a regular expression, the interfaces whose whole name matches, physical or virtual
 (``bond0``, ``bond0.100``), whatever their link state or addresses: the profile named
@@ -132,7 +133,8 @@ def _scope(sel: _CephPorts, iface: Interface, link: str, what: str, expected: st
     """A finding for a port the default selection leaves out, else the note that ends
     the judged port's parenthesis (the Ceph addresses it carries, or why all are judged)."""
     if sel.unknown:
-        return Finding(iface.name, None, f"{what} ({link}): {sel.unknown}: not judged", expected)
+        observed = f"{what} ({link}): {sel.unknown}: not judged"
+        return Finding.cannot_judge(iface.name, observed, expected)
     if sel.everywhere:
         return sel.everywhere
     addresses = sel.carried.get(iface.name)
@@ -199,7 +201,17 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
     for iface in selected:
         link = _link(iface)
         if iface.mtu is None:
-            findings.append(Finding(iface.name, None, f"MTU unreadable ({link})", expected))
+            # Unknown where the port would be judged; a port left out anyway stays so.
+            if not named and iface.link_down:
+                observed = f"MTU unreadable, {link}: not judged"
+                findings.append(Finding(iface.name, None, observed, expected))
+            elif not named and isinstance(
+                left_out := _scope(sel, iface, link, "MTU unreadable", expected), Finding
+            ):
+                findings.append(left_out)
+            else:
+                why = f"MTU unreadable ({link})"
+                findings.append(Finding.cannot_judge(iface.name, why, expected))
             continue
         if named:
             note = link
@@ -264,9 +276,16 @@ def rings(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
             findings.append(Finding(iface.name, None, why, expected))
             continue
         if iface.rings_state == RINGS_ERROR or iface.rings is None:
-            findings.append(
-                Finding(iface.name, None, f"rings unreadable: {iface.rings_error}", expected)
-            )
+            # Unknown where the port would be judged; a port left out anyway stays so.
+            why = f"rings unreadable: {iface.rings_error}"
+            if not named and iface.link_down:
+                findings.append(Finding(iface.name, None, f"{why} ({link}): not judged", expected))
+            elif not named and isinstance(
+                left_out := _scope(sel, iface, link, why, expected), Finding
+            ):
+                findings.append(left_out)
+            else:
+                findings.append(Finding.cannot_judge(iface.name, why, expected))
             continue
         judged = [r for r in iface.rings.rings() if r.name in JUDGED_RINGS and r.maximum]
         if not judged:

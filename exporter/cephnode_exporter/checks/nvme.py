@@ -20,7 +20,7 @@ def _validate_allowed(params: dict[str, Any]) -> None:
         raise ValueError("allowed must be a non-empty list of scheduler names")
 
 
-@check("nvme.scheduler", "nvme", validate=_validate_allowed, allowed=list)
+@check("nvme.scheduler", "nvme", validate=_validate_allowed, allowed=list[str])
 def scheduler(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     """An NVMe namespace should run no I/O scheduler: the drive has deep queues of its
     own, and mq-deadline or bfq add a lock and request sorting to every I/O (the SUSE
@@ -33,7 +33,7 @@ def scheduler(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     for ns in facts.namespaces:
         active = ns.queue.scheduler
         if active is None:
-            out.append(Finding(ns.name, None, "queue/scheduler unreadable", expected))
+            out.append(Finding.cannot_judge(ns.name, "queue/scheduler unreadable", expected))
             continue
         if active in allowed:
             out.append(Finding(ns.name, False, active, expected))
@@ -74,8 +74,10 @@ def _link_finding(c: ControllerFacts) -> Finding:
         )
         return Finding(c.name, True, observed, expected, hint)
     if None in (cur.speed, cur.width, top.speed, top.width):
+        # Unreadable, or "Unknown" from the kernel: the link cannot be judged, and a link
+        # that trained down must not pass for want of its speed.
         observed = f"{_describe(cur)} (maximum {_describe(top)})"
-        return Finding(c.name, None, f"link state not fully known: {observed}", expected)
+        return Finding.cannot_judge(c.name, f"link state not fully known: {observed}", expected)
     return Finding(c.name, False, f"{_describe(cur)}, the maximum", expected)
 
 

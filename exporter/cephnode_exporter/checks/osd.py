@@ -1,5 +1,9 @@
 """Checks of the OSDs on this node: debug levels, PGs per OSD, NUMA placement against
-the NVMe, and RocksDB builds without optimisation (all per OSD)."""
+the NVMe, and RocksDB builds without optimisation (all per OSD).
+
+An OSD that did not answer, or whose process or device was unreadable, is ``unknown``
+for the checks that need what it did not give; a fact that makes a check not apply
+(memstore, no block device, a process in another pid namespace) is ``skip``."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ def _validate(params: dict[str, Any]) -> None:
         raise ValueError("max_level must be >= 0")
 
 
-@check("osd.debug_levels", "osd", validate=_validate, subsystems=list, max_level=int)
+@check("osd.debug_levels", "osd", validate=_validate, subsystems=list[str], max_level=int)
 def debug_levels(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
     """Debug logging costs CPU on the I/O path even when nothing reaches the log file:
     every message up to the gather level is formatted into the in-memory ring. The SUSE
@@ -31,7 +35,8 @@ def debug_levels(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Findi
     out = []
     for osd in facts.osds:
         if osd.config is None:
-            out.append(Finding(osd.ceph_daemon, None, f"no answer: {osd.reason}", expected))
+            why = f"no answer: {osd.reason}"
+            out.append(Finding.cannot_judge(osd.ceph_daemon, why, expected))
             continue
         high = {
             sub: level
@@ -85,7 +90,7 @@ def pg_count(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
         n = osd.counters.integers.get("osd.numpg") if osd.counters is not None else None
         if n is None:
             why = f"no answer: {osd.reason}" if not osd.ok else "perf dump has no numpg"
-            out.append(Finding(osd.ceph_daemon, None, why, expected))
+            out.append(Finding.cannot_judge(osd.ceph_daemon, why, expected))
             continue
         if n < lo:
             hint = (
@@ -124,18 +129,24 @@ def numa(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
     for osd in facts.osds:
         d = osd.ceph_daemon
         if not osd.ok:
-            out.append(Finding(d, None, f"no answer: {osd.reason}", expected))
+            out.append(Finding.cannot_judge(d, f"no answer: {osd.reason}", expected))
             continue
         if osd.process is None:
-            why = osd.process_error or osd.process_note or "unknown"
-            out.append(Finding(d, None, f"process not read: {why}", expected))
+            if osd.process_note is not None:
+                out.append(Finding(d, None, f"process not read: {osd.process_note}", expected))
+            else:
+                why = f"process not read: {osd.process_error or 'unknown'}"
+                out.append(Finding.cannot_judge(d, why, expected))
             continue
         if facts.numa_nodes is None:
             out.append(Finding(d, None, "no NUMA topology (a kernel without NUMA)", expected))
             continue
         if osd.block is None:
-            why = osd.block_error or osd.block_note or "unknown"
-            out.append(Finding(d, None, f"no device: {why}", expected))
+            if osd.block_error is None:
+                why = osd.block_note or "unknown"
+                out.append(Finding(d, None, f"no device: {why}", expected))
+            else:
+                out.append(Finding.cannot_judge(d, f"no device: {osd.block_error}", expected))
             continue
         nvme = [(disk, c, n) for disk in osd.block.disks for c, n in zip(disk.controllers,
                 disk.numa_nodes, strict=True)]  # fmt: skip
@@ -143,9 +154,14 @@ def numa(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
             names = ", ".join(disk.name for disk in osd.block.disks)
             out.append(Finding(d, None, f"not on NVMe ({names})", expected))
             continue
-        unknown = [c for _, c, n in nvme if n is None or n < 0]
+        unread = [c for _, c, n in nvme if n is None]
+        if unread:
+            why = f"NUMA node of {', '.join(unread)} unreadable"
+            out.append(Finding.cannot_judge(d, why, expected))
+            continue
+        unknown = [c for _, c, n in nvme if n is not None and n < 0]
         if unknown:
-            why = f"NUMA node of {', '.join(unknown)} unknown (numa_node -1 or unreadable)"
+            why = f"NUMA node of {', '.join(unknown)} unknown (numa_node -1)"
             out.append(Finding(d, None, why, expected))
             continue
         allowed = osd.allowed_cpus or {}
@@ -221,7 +237,7 @@ def rocksdb_build(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Find
     for osd in facts.osds:
         d = osd.ceph_daemon
         if not osd.ok or osd.version is None or osd.config is None:
-            out.append(Finding(d, None, f"no answer: {osd.reason}", expected))
+            out.append(Finding.cannot_judge(d, f"no answer: {osd.reason}", expected))
             continue
         if osd.config.objectstore in NO_ROCKSDB:
             why = f"{osd.version}, {osd.config.objectstore}: no RocksDB"
@@ -229,7 +245,8 @@ def rocksdb_build(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Find
             continue
         version = perf.version_tuple(osd.version)
         if version is None:
-            out.append(Finding(d, None, f"version {osd.version!r} not understood", expected))
+            why = f"version {osd.version!r} not understood"
+            out.append(Finding.cannot_judge(d, why, expected))
             continue
         major = version[0]
         if major < FIRST_JUDGED_MAJOR:

@@ -8,19 +8,25 @@ same facts, so a metric and the tuning report can never disagree.
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from prometheus_client.core import Metric
 
 from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.logs import kv
 
 if TYPE_CHECKING:
     from cephnode_exporter.profile import Profile
 
 NAMESPACE = "cephnode"
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,11 @@ class Collector(ABC):
         errors = getattr(facts, "errors", None)
         return list(errors.items[:limit]) if errors is not None else []
 
+    def items_dropped(self, facts: Any) -> int:
+        """Items left out of this collection by a cardinality limit (:class:`ItemLimit`);
+        facts that have such a limit carry the count as ``items_dropped``."""
+        return int(getattr(facts, "items_dropped", 0))
+
 
 REGISTRY: dict[str, type[Collector]] = {}
 
@@ -101,3 +112,73 @@ def register(cls: type[Collector]) -> type[Collector]:
 
 def metric_name(*parts: str) -> str:
     return "_".join((NAMESPACE, *parts))
+
+
+# ----------------------------------------------------------------------------- cardinality
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders device names as people count them: nvme2 before nvme10,
+    eth9 before eth10, ens1f0 before ens1f0v0."""
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _DIGITS.split(name) if p)
+
+
+class ItemLimit:
+    """At most ``limit`` items of one kind per scrape for one collector.
+
+    Why: a node is not expected to have thousands of NVMe controllers, interfaces or OSD
+    sockets, but a fault (a VF storm, a runaway container runtime, a directory of leftover
+    sockets) can make one, and each item is several series for Prometheus to keep. The
+    same items are kept on every scrape (the first ``limit`` by ``key``, by default the
+    natural order of their name), so the series set stays stable. The count left out is
+    exported as ``cephnode_scrape_collector_items_dropped{collector}`` (the facts'
+    ``items_dropped``, scrape.py), and this logs once when it starts cutting or the count
+    changes and once when it no longer cuts, never on every scrape.
+    """
+
+    def __init__(self, collector: str, items: str, flag: str, limit: int) -> None:
+        self.collector = collector
+        self.items = items
+        self.flag = flag
+        self.limit = limit
+        self._last = 0
+
+    def keep(
+        self, items: Sequence[T], key: Callable[[T], Any] | None = None
+    ) -> tuple[list[T], int]:
+        """The first ``limit`` items in ``key`` order, returned in their given order
+        (so that a node under the limit exports exactly as before), and how many were
+        left out (logged on change)."""
+        if len(items) <= self.limit:
+            self.note(0, len(items))
+            return list(items), 0
+        by = key or (lambda item: natural_key(item.name))  # type: ignore[attr-defined]
+        chosen = set(sorted(range(len(items)), key=lambda i: by(items[i]))[: self.limit])
+        kept = [item for i, item in enumerate(items) if i in chosen]
+        self.note(len(items) - len(kept), len(items))
+        return kept, len(items) - len(kept)
+
+    def note(self, dropped: int, total: int) -> None:
+        """Log a change in the count left out (for a caller that chose the items itself)."""
+        previous, self._last = self._last, dropped
+        if dropped == previous:
+            return
+        if dropped:
+            log.warning(
+                "too many items: only the first ones are exported",
+                extra=kv(
+                    collector=self.collector,
+                    items=self.items,
+                    found=total,
+                    kept=total - dropped,
+                    dropped=dropped,
+                    flag=f"{self.flag}={self.limit}",
+                ),
+            )
+        else:
+            log.info(
+                "item count back under the limit",
+                extra=kv(collector=self.collector, items=self.items, found=total),
+            )

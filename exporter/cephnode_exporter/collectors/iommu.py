@@ -49,6 +49,9 @@ class ControllerIommu:
     domain_type: str | None
     translated: bool | None
     why: str
+    # True when ``translated`` is None because a file was unreadable (the check says
+    # unknown), not because the kernel's state cannot tell (the check skips).
+    unreadable: bool = False
 
 
 @dataclass
@@ -131,7 +134,7 @@ class IommuCollector(Collector):
             self._groups[ctrl.syspath] = group
         if group is None:
             if units is None:
-                return ControllerIommu(name, None, None, None, "IOMMU state unreadable")
+                return ControllerIommu(name, None, None, None, "IOMMU state unreadable", True)
             if not units:
                 return ControllerIommu(name, None, None, False, "no IOMMU active")
             # An active IOMMU that does not cover the device, or a tree that lost the link:
@@ -202,4 +205,4 @@ def _unreadable(
     name: str, group: str | None, errors: ReadErrors, exc: BaseException
 ) -> ControllerIommu:
     errors.add(exc)
-    return ControllerIommu(name, group, None, None, f"unreadable: {exc}")
+    return ControllerIommu(name, group, None, None, f"unreadable: {exc}", True)

@@ -24,7 +24,7 @@ from cephnode_exporter.hostfs.kernel import (
     read_tuned,
     read_vulnerabilities,
 )
-from cephnode_exporter.hostfs.sysctl import SysctlValue, read_sysctl
+from cephnode_exporter.hostfs.sysctl import SysctlValue, read_sysctl, sysctl_target
 
 # The check family whose profile entries name the sysctls to read (checks/kernel.py).
 SYSCTL_FAMILY = "sysctl"
@@ -67,6 +67,9 @@ class KernelFacts:
     tuned_error: str | None
     sysctls: dict[str, SysctlReading] = field(default_factory=dict)
     errors: ReadErrors = field(default_factory=ReadErrors)
+    # Vulnerability files that exist but could not be read (their errors): the state
+    # read from the others is incomplete.
+    vulnerability_errors: list[str] = field(default_factory=list)
 
 
 @register
@@ -78,6 +81,14 @@ class KernelCollector(Collector):
         super().__init__(ctx)
         profile = ctx.profile
         self._sysctls = profile.members(SYSCTL_FAMILY) if profile is not None else []
+        # The sysctls the profile compares as integers: for them a value that is not
+        # decimal integers is a read error, not a string to export nothing for.
+        self._numeric: set[str] = set()
+        if profile is not None:
+            for name in self._sysctls:
+                params = profile.checks[f"{SYSCTL_FAMILY}.{name}"].params
+                if not isinstance(sysctl_target(params["value"]), str):
+                    self._numeric.add(name)
 
     def read(self) -> KernelFacts:
         fs = self.ctx.fs
@@ -87,7 +98,9 @@ class KernelCollector(Collector):
             cmdline = read_cmdline(fs)
         except (OSError, ParseError) as exc:
             errors.add(exc)
+        before = len(errors)
         vulnerabilities = read_vulnerabilities(fs, errors)
+        vulnerability_errors = errors.items[before:]
         tuned: Tuned | None = None
         tuned_error: str | None = None
         try:
@@ -95,11 +108,19 @@ class KernelCollector(Collector):
         except (OSError, ParseError) as exc:
             errors.add(exc)
             tuned_error = str(exc)
-        facts = KernelFacts(cmdline, vulnerabilities, tuned, tuned_error, errors=errors)
+        facts = KernelFacts(
+            cmdline,
+            vulnerabilities,
+            tuned,
+            tuned_error,
+            errors=errors,
+            vulnerability_errors=vulnerability_errors,
+        )
         for name in self._sysctls:
             try:
                 # None: the running kernel has no such sysctl, which is not an error.
-                facts.sysctls[name] = SysctlReading(value=read_sysctl(fs, name))
+                value = read_sysctl(fs, name, numeric=name in self._numeric)
+                facts.sysctls[name] = SysctlReading(value=value)
             except (OSError, ValueError) as exc:  # ParseError is a ValueError
                 errors.add(exc)
                 facts.sysctls[name] = SysctlReading(error=str(exc))

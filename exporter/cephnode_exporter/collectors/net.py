@@ -12,7 +12,8 @@ Which interfaces: discovery (:mod:`cephnode_exporter.devices`) lists them; names
 read and metrics; virtual interfaces (bonds, VLANs, bridges: under /sys/devices/virtual)
 get a light read (MTU, operstate, lower devices) so that the ``net.mtu`` check can judge
 a bond or a VLAN the profile names, and no metrics: rings, NUMA node and driver belong to
-the ports.
+the ports. At most ``--collector.net.max-interfaces`` are read, physical ports first (they
+carry the series), each kind by name: thousands of VFs or VLANs cannot flood Prometheus.
 
 Which ports carry Ceph: the checks judge only those (a 1 GbE management port at MTU 1500
 is no fault). They are found from the host, not from the OSDs' ``config show``, so that
@@ -34,7 +35,15 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cephnode_exporter import devices
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    ItemLimit,
+    bounded,
+    metric_name,
+    natural_key,
+    register,
+)
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
 from cephnode_exporter.hostfs.inet import CephAddresses, read_ceph_addresses
@@ -50,6 +59,9 @@ DEFAULT_EXCLUDE = (
     r"lo|veth.*|docker.*|br-.*|virbr.*|vnet.*|tap.*|tun.*|cni.*|cali.*|flannel.*|cilium_.*"
     r"|lxc.*|kube-.*|vxlan.*|genev_sys_.*|ifb.*|dummy.*|wg.*"
 )
+# Interfaces read per scrape, excluded ones not counted. A Ceph node has a few dozen ports,
+# VFs and VLANs; four series per port.
+DEFAULT_MAX_INTERFACES = 256
 
 
 def _regex(text: str) -> re.Pattern[str]:
@@ -68,6 +80,8 @@ class NetFacts:
     errors: ReadErrors = field(default_factory=ReadErrors)
     # Where Ceph's daemons listen and on which interfaces (error set when unreadable).
     ceph: CephAddresses = field(default_factory=CephAddresses)
+    # Interfaces left out by --collector.net.max-interfaces.
+    items_dropped: int = 0
 
     @property
     def physical(self) -> list[Interface]:
@@ -91,12 +105,28 @@ class NetCollector(Collector):
             "(bonds, VLANs, bridges) are never exported either (default: lo, veth, docker, "
             "bridges, tunnels and CNI devices)",
         )
+        parser.add_argument(
+            "--collector.net.max-interfaces",
+            dest="collector_net_max_interfaces",
+            type=bounded(int, 1, 65536),
+            default=DEFAULT_MAX_INTERFACES,
+            metavar="N",
+            help="read at most this many interfaces not excluded, physical ports first, "
+            "each kind by name; the others are counted in "
+            "cephnode_scrape_collector_items_dropped (default: %(default)s)",
+        )
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
         self._exclude: re.Pattern[str] = getattr(
             ctx.options, "collector_net_exclude", None
         ) or _regex(DEFAULT_EXCLUDE)
+        self._limit = ItemLimit(
+            self.name,
+            "interfaces",
+            "--collector.net.max-interfaces",
+            int(getattr(ctx.options, "collector_net_max_interfaces", DEFAULT_MAX_INTERFACES)),
+        )
         self._rings: RingReader = ring_reader_for(ctx.fs)
         self._discovery = devices.acquire(ctx.fs)
         log.debug("net collector ring source", extra=kv(source=self._rings.source))
@@ -110,10 +140,17 @@ class NetCollector(Collector):
         facts = NetFacts(ring_source=self._rings.source)
         # Discovery errors of network class entries only; NVMe ones belong to nvme.
         facts.errors.items.extend(e for e in snap.errors if _is_net_error(e))
+        wanted = []
         for dev in snap.net_interfaces:
             if self._exclude.fullmatch(dev.name):
                 facts.excluded.append(dev.name)
-                continue
+            else:
+                wanted.append(dev)
+        # Physical ports first: they have the series; virtual ones only feed the checks.
+        kept, facts.items_dropped = self._limit.keep(
+            wanted, lambda d: (d.virtual, natural_key(d.name))
+        )
+        for dev in kept:
             iface = read_interface(dev, None if dev.virtual else self._rings, facts.errors)
             if iface is not None:
                 facts.interfaces[dev.name] = iface

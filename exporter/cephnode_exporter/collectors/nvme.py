@@ -10,7 +10,9 @@ Devices come from the shared discovery (:mod:`cephnode_exporter.devices`), so a 
 is hot-plugged appears on the next scrape and a removed one disappears. What cannot
 change while a controller exists (identify strings, NUMA node, maximum link, where its
 hwmon lives) is read once and kept until the device set changes; the link state, queue
-settings and in-flight counts are read on every scrape.
+settings and in-flight counts are read on every scrape. At most
+``--collector.nvme.max-devices`` controllers and as many namespaces are read, the first
+by name, so that a fault showing thousands of devices cannot flood Prometheus.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cephnode_exporter import devices
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    ItemLimit,
+    bounded,
+    metric_name,
+    register,
+)
 from cephnode_exporter.devices import NvmeController
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.nvme import (
@@ -39,6 +48,9 @@ from cephnode_exporter.hostfs.pci import DeviceAttrs, LinkState, pci_function_di
 
 US_PER_S = 1e6
 KIB = 1024
+# Controllers, and namespaces, read per scrape. A dense node has 24 to 36 NVMe drives
+# (E3.S chassis: up to 40), each with one namespace; about 14 series each.
+DEFAULT_MAX_DEVICES = 256
 # Discovery errors that concern this collector: NVMe and block class entries.
 _MY_DISCOVERY_ERRORS = re.compile(r"/(class/nvme|class/block|block)(/|:)")
 
@@ -67,6 +79,8 @@ class NvmeFacts:
     namespaces: list[NamespaceFacts] = field(default_factory=list)
     generation: int = 0
     errors: ReadErrors = field(default_factory=ReadErrors)
+    # Controllers plus namespaces left out by --collector.nvme.max-devices.
+    items_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,10 @@ class NvmeCollector(Collector):
         self._discovery: devices.DeviceDiscovery | None = devices.acquire(ctx.fs)
         self._generation = -1
         self._static: dict[str, _Static] = {}
+        limit = int(getattr(ctx.options, "collector_nvme_max_devices", DEFAULT_MAX_DEVICES))
+        flag = "--collector.nvme.max-devices"
+        self._controller_limit = ItemLimit(self.name, "controllers", flag, limit)
+        self._namespace_limit = ItemLimit(self.name, "namespaces", flag, limit)
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -99,6 +117,16 @@ class NvmeCollector(Collector):
             action="store_true",
             help="export the drives' composite temperature; every read sends a SMART log "
             "admin command to the drive (default: off)",
+        )
+        parser.add_argument(
+            "--collector.nvme.max-devices",
+            dest="collector_nvme_max_devices",
+            type=bounded(int, 1, 65536),
+            default=DEFAULT_MAX_DEVICES,
+            metavar="N",
+            help="read and export at most this many NVMe controllers, and as many "
+            "namespaces, the first by name; the others are counted in "
+            "cephnode_scrape_collector_items_dropped (default: %(default)s)",
         )
 
     def close(self) -> None:
@@ -115,11 +143,14 @@ class NvmeCollector(Collector):
         if snap.generation != self._generation:
             self._static.clear()  # the device set changed: re-read what was cached
             self._generation = snap.generation
-        for ctrl in snap.nvme_controllers:
+        controllers, dropped = self._controller_limit.keep(snap.nvme_controllers)
+        namespaces, dropped_namespaces = self._namespace_limit.keep(snap.nvme_namespaces)
+        facts.items_dropped = dropped + dropped_namespaces
+        for ctrl in controllers:
             c = self._controller(ctrl, facts.errors)
             if c is not None:
                 facts.controllers.append(c)
-        for ns in snap.nvme_namespaces:
+        for ns in namespaces:
             attrs = DeviceAttrs(ns.syspath)
             queue = read_block_queue(attrs)
             if attrs.gone():

@@ -63,17 +63,25 @@ from prometheus_client.core import (
 )
 
 from cephnode_exporter.ceph import kvstats, perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokError, QueryPool
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale, QueryPool
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
+    DUPLICATE,
+    LIMIT,
+    STALE,
+    Answer,
     DiscoveryError,
+    Dropped,
     OSDSocket,
+    choose_sockets,
     discover_osd_sockets,
+    limit_sockets,
 )
 from cephnode_exporter.ceph.latency import CounterWindow, LatencyWindow, PooledHistogram
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
+    ItemLimit,
     bounded,
     metric_name,
     register,
@@ -103,6 +111,9 @@ DEFAULT_CONFIG_INTERVAL = 60.0
 # Share of --collector.timeout the OSD queries may use, leaving time to parse and
 # build metrics before the scraper abandons the collector.
 TIMEOUT_SHARE = 0.8
+# OSD sockets queried per scrape: a dense node runs 24 to 36 OSDs (a few dozen more with
+# several OSDs per NVMe); about 120 series each.
+DEFAULT_MAX_SOCKETS = 128
 # Seconds of reads behind each OSD's exported p99: 300 s is the rate(...[5m]) the
 # rules used. The flag's minimum, 60 s, holds two reads of a 1 min scrape interval only
 # while they are at most 60.0 s apart (a read exactly the window old is kept).
@@ -357,6 +368,13 @@ class OSDCollectorFacts:
     # The node's OSDs' CPU seconds per op over the window; None below MEAN_MIN_RATE ops
     # per second summed over them.
     host_cpu_per_op: float | None = None
+    # Sockets found but not reported (discovery.choose_sockets, --collector.osd.max-sockets).
+    dropped: list[Dropped] = field(default_factory=list)
+
+    @property
+    def items_dropped(self) -> int:
+        """Sockets beyond --collector.osd.max-sockets (cephnode_scrape_collector_items_dropped)."""
+        return sum(1 for d in self.dropped if d.reason == LIMIT)
 
 
 @dataclass
@@ -394,6 +412,9 @@ class ConfigCache:
     config: perf.OSDConfig | None = None
     version: str | None = None
     kv_wanted: bool = False
+    # The cluster fsid config show reported: tells a second socket of the same daemon
+    # from another cluster's OSD with the same id (discovery.choose_sockets).
+    fsid: str | None = None
 
     def fresh(self, pid: int | None, now: float, interval: float) -> bool:
         return (
@@ -450,6 +471,8 @@ def _query(
         cache.pid = seen[0] if seen is not None else None
         cache.fetched = now
         cache.kv_wanted = kvstats.wanted(r.config)
+        fsid = r.config.get("fsid") if isinstance(r.config, dict) else None
+        cache.fsid = fsid if isinstance(fsid, str) else None
     if cache.kv_wanted:
         r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
     # The process after the commands: a failure here must not fail the OSD.
@@ -531,6 +554,13 @@ class OSDCollector(Collector):
         if not getattr(opts, "collector_osd_all_debug_levels", False):
             self._debug_subsystems = _profile_subsystems(ctx)
         self._dir_missing_logged = False
+        self._socket_limit = ItemLimit(
+            self.name,
+            "OSD sockets",
+            "--collector.osd.max-sockets",
+            int(getattr(opts, "collector_osd_max_sockets", DEFAULT_MAX_SOCKETS)),
+        )
+        self._dropped_logged: set[tuple[str, str]] = set()
         self._latency_window = float(
             getattr(opts, "collector_osd_latency_window", DEFAULT_LATENCY_WINDOW)
         )
@@ -558,7 +588,7 @@ class OSDCollector(Collector):
         parser.add_argument(
             "--collector.osd.timeout",
             dest="collector_osd_timeout",
-            type=float,
+            type=bounded(float, 0.01, 3600, "seconds"),
             default=DEFAULT_TIMEOUT,
             metavar="SECONDS",
             help="time all OSDs together may take to answer; an OSD that does not answer "
@@ -585,6 +615,16 @@ class OSDCollector(Collector):
             help="the exported op latency quantiles (each OSD's p99, the node's pooled p50 "
             "and p99) and means (BlueStore commit, RocksDB stages, CPU per op) cover the "
             "reads of this many seconds, like rate() over this range (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.osd.max-sockets",
+            dest="collector_osd_max_sockets",
+            type=bounded(int, 1, 65536),
+            default=DEFAULT_MAX_SOCKETS,
+            metavar="N",
+            help="query at most this many OSD admin sockets, the first by OSD id; the "
+            "others are counted in cephnode_scrape_collector_items_dropped (default: "
+            "%(default)s)",
         )
         parser.add_argument(
             "--collector.osd.all-debug-levels",
@@ -615,10 +655,15 @@ class OSDCollector(Collector):
         else:
             self._dir_missing_logged = False
         if not sockets:
+            self._socket_limit.note(0, 0)
+            self._note_dropped([])
             self._forget(set())
             with self._latency_lock:
                 host = self._pooled()
             return OSDCollectorFacts(self._socket_dir, [], errors, None, host, self._latency_window)
+        limited = limit_sockets(sockets, self._socket_limit.limit)
+        self._socket_limit.note(len(limited.dropped), len(sockets))
+        sockets = limited.kept
         if self._pool is None:
             self._pool = QueryPool()
         # Keyed by path: two clusters on one node may both have an osd.0.
@@ -631,10 +676,13 @@ class OSDCollector(Collector):
                 sock, self.ctx.fs, state, cache, self._config_interval, self._thread_files
             )
         results = self._pool.run(tasks, self._timeout)
+        # One socket per daemon: a stale or second socket of an OSD is left out here.
+        choice = choose_sockets(sockets, self._answers(sockets, results))
+        self._note_dropped(choice.dropped)
         now = self.clock()
         numa_nodes = self._numa_nodes(errors)
         osds = []
-        for s in sockets:
+        for s in choice.kept:
             result = results[s.path]
             facts = OSDFacts(s, result.seconds)
             if result.error is not None:
@@ -660,7 +708,33 @@ class OSDCollector(Collector):
             host,
             self._latency_window,
             host_cpu_per_op,
+            dropped=[*choice.dropped, *limited.dropped],
         )
+
+    def _answers(self, sockets: list[OSDSocket], results: dict[str, Any]) -> dict[str, Answer]:
+        """What choose_sockets needs of each query: refused, and the fsid reported."""
+        out = {}
+        for s in sockets:
+            cache = self._config_caches.get(s.path)
+            refused = isinstance(results[s.path].error, AsokStale)
+            out[s.path] = Answer(refused, cache.fsid if cache is not None else None)
+        return out
+
+    def _note_dropped(self, dropped: list[Dropped]) -> None:
+        """Log each stale or duplicate socket once, when it starts being left out."""
+        now = {(d.socket.path, d.reason) for d in dropped}
+        for d in dropped:
+            if (d.socket.path, d.reason) not in self._dropped_logged:
+                log.warning(
+                    "OSD admin socket left out: another socket serves the same OSD",
+                    extra=kv(
+                        ceph_daemon=d.socket.ceph_daemon,
+                        reason=d.reason,
+                        path=d.socket.path,
+                        instead=d.instead,
+                    ),
+                )
+        self._dropped_logged = now
 
     def _update_latency(
         self, osds: list[OSDFacts], now: float
@@ -671,8 +745,9 @@ class OSDCollector(Collector):
         # The node's OSDs' CPU and op increases over their windows, and their op rates.
         host_cpu = host_ops = host_rate = 0.0
         with self._latency_lock:
-            # The exporter's first read: OSDs then bring their whole history into the
-            # pools, which start with it. Later, a new OSD's first read is a baseline.
+            # The exporter's first read: every OSD's is a baseline, so the pools start at
+            # 0 with the exporter (ceph/latency.py PooledHistogram says why). Later, a new
+            # OSD's first read is a baseline too.
             initial = not self._latency_started
             self._latency_started = True
             for o in osds:
@@ -680,21 +755,21 @@ class OSDCollector(Collector):
                     continue
                 path = o.socket.path
                 state = self._latency.get(path)
-                from_zero = initial
+                restarted = False
                 if state is None:
                     state = self._latency[path] = _LatencyState(o.pid, o.media)
                 else:
-                    from_zero = False
                     if o.pid is not None and state.pid is not None and o.pid != state.pid:
                         # Restarted: its counters start over (even if a long gap hid the
                         # drop), so the windows do, and the pool counts it from 0.
                         state.restart()
                         self._forget_pooled(path)
-                        from_zero = True
+                        restarted = True
                     if o.pid is not None:
                         state.pid = o.pid
                     if o.media != state.media:
-                        # Moved to another pool: a baseline there, its past stays here.
+                        # Moved to another pool: a baseline there (counted from 0 after a
+                        # restart), its past stays in the old one.
                         self._forget_pooled(path)
                         state.media = o.media
                 for op, h in o.histograms.items():
@@ -720,7 +795,7 @@ class OSDCollector(Collector):
                     pool = self._pools.get((op, state.media))
                     if pool is None:
                         pool = self._pools[(op, state.media)] = PooledHistogram()
-                    pool.update(path, h.buckets, avg.sum, initial=from_zero)
+                    pool.update(path, h.buckets, avg.sum, initial=initial, restarted=restarted)
                 self._update_means(o, state, now)
                 increase = self._update_cpu(o, state, now)
                 if increase is not None:
@@ -802,8 +877,8 @@ class OSDCollector(Collector):
                 continue
             quantiles = {}
             window = self._pool_windows.get(key)
-            for q in HOST_LATENCY_QUANTILES if window is not None else ():
-                value = window.quantile(q, LATENCY_MIN_RATE)
+            for q in HOST_LATENCY_QUANTILES:
+                value = None if window is None else window.quantile(q, LATENCY_MIN_RATE)
                 if value is not None:
                     quantiles[q] = value
             out[key] = PooledLatency(buckets, pool.sum(), quantiles)
@@ -931,13 +1006,32 @@ class OSDCollector(Collector):
         return items[:limit]
 
     def metrics(self, facts: OSDCollectorFacts) -> Iterable[Metric]:
-        return build_metrics(
+        families = build_metrics(
             facts.osds,
             self._debug_subsystems,
             facts.host_histograms,
             facts.latency_window,
             facts.host_cpu_per_op,
         )
+        return [*families, *_dropped_metrics(facts)]
+
+
+def _dropped_metrics(facts: OSDCollectorFacts) -> list[Metric]:
+    """Sockets ignored because another one serves the same OSD, by reason; none on a node
+    without OSD sockets (whose only OSD series stays cephnode_osd_sockets 0)."""
+    if not facts.osds and not facts.dropped:
+        return []
+    family = GaugeMetricFamily(
+        metric_name("osd", "sockets_ignored"),
+        "OSD admin sockets found in this scrape but ignored because another socket serves "
+        "the same OSD, by reason: stale (nobody listens on it: a file left behind, e.g. by "
+        "cephadm adoption), duplicate (a second socket of a daemon already reported: same "
+        "OSD id and cluster fsid); the log names them.",
+        labels=["reason"],
+    )
+    for reason in (STALE, DUPLICATE):
+        family.add_metric([reason], float(sum(1 for d in facts.dropped if d.reason == reason)))
+    return [family]
 
 
 def _task(
@@ -1181,10 +1275,10 @@ def build_metrics(
         f"below {LATENCY_MIN_RATE:g} op/s in that window.",
         labels=["op", "media", "quantile"],
     )
-    for (op, media), p in sorted((host or {}).items()):
-        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in p.buckets], p.sum)
-        for q, value in sorted(p.quantiles.items()):
-            pooled_quantile.add_metric([op, media, repr(q)], value)
+    for (op, media), pool in sorted((host or {}).items()):
+        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in pool.buckets], pool.sum)
+        for q, seconds in sorted(pool.quantiles.items()):
+            pooled_quantile.add_metric([op, media, repr(q)], seconds)
 
     for o in osds:
         d = o.ceph_daemon
@@ -1201,8 +1295,8 @@ def build_metrics(
                 continue  # a _sum is mandatory; no OSD lacks these counters
             buckets = [(_le(edge), float(n)) for edge, n in h.buckets]
             hist.add_metric([d, op], buckets, avg.sum)
-        for op, value in sorted(o.latency_quantiles.items()):
-            quantile.add_metric([d, op, repr(LATENCY_QUANTILE)], value)
+        for op, seconds in sorted(o.latency_quantiles.items()):
+            quantile.add_metric([d, op, repr(LATENCY_QUANTILE)], seconds)
         means = o.latency_means
         if means:
             mean = means.get(COMMIT_AVG)

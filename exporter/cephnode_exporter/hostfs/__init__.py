@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import resource
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,11 @@ from pathlib import Path
 # COMMAND_LINE_SIZE (2048 on x86, 4096 on some arches). 64 KiB bounds a garbage file.
 MAX_READ_BYTES = 64 * 1024
 
+# The largest NR_CPUS any architecture allows (arch/x86/Kconfig NR_CPUS_RANGE_END with
+# MAXSMP, arch/powerpc/platforms/Kconfig.cputype): no cpulist names CPU 8192 or above.
+# The bound when the kernel's own ``possible`` set is unreadable.
+NR_CPUS_MAX = 8192
+
 
 class ParseError(ValueError):
     """A file was read but its content is not what the kernel ABI promises."""
@@ -26,6 +32,54 @@ class ParseError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
+
+
+class NotRegularFileError(OSError):
+    """A path that should be a kernel attribute file is something else (a FIFO, a
+    socket, a directory, a device): refused before any read, which could block forever."""
+
+    def __init__(self, path: str, mode: int) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({file_kind(mode)})", path)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for an error message."""
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return name
+    return f"mode {stat.S_IFMT(mode):o}"
+
+
+def open_regular(path: str, *, char_device: bool = False) -> int:
+    """Open a file for reading and refuse it unless it is a regular file.
+
+    sysfs and procfs attributes are regular files (kernfs and procfs give them S_IFREG).
+    Anything else where one should be (a FIFO in a copied tree or a bad bind mount) could
+    block the open or the read until a writer comes, holding a collector thread forever.
+    O_NONBLOCK makes the open of a FIFO return at once, and fstat refuses it before any
+    read; for a regular file O_NONBLOCK changes nothing. ``char_device`` also admits a
+    character device, for ``/dev/cpu_dma_latency`` (whose read returns at once).
+    Raises :class:`NotRegularFileError`, or IsADirectoryError for a directory (both
+    OSErrors, so callers count them per item).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISREG(mode) or (char_device and stat.S_ISCHR(mode)):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):  # what read() would have said: callers may tell it apart
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    raise NotRegularFileError(path, mode)
 
 
 @dataclass
@@ -63,9 +117,10 @@ class HostFS:
         return os.path.join(self.rootfs, *parts)
 
 
-def read_bytes(path: str) -> bytes:
-    """Read a whole small file with raw syscalls (half the cost of ``open()``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def read_bytes(path: str, *, char_device: bool = False) -> bytes:
+    """Read a whole small file with raw syscalls (half the cost of ``open()``); only a
+    regular file (or with ``char_device`` a character device), see :func:`open_regular`."""
+    fd = open_regular(path, char_device=char_device)
     try:
         data = os.read(fd, MAX_READ_BYTES)
         if len(data) == MAX_READ_BYTES:
@@ -95,7 +150,7 @@ def read_int(path: str) -> int:
 
 def _read_once(path: str, size: int) -> bytes:
     """Up to ``size`` bytes with open/read/close; errors name the path."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path)
     try:
         return os.read(fd, size)
     except OSError as exc:
@@ -157,9 +212,9 @@ class AttrFiles:
                 full = len(self._fds) >= self._budget
             if full:
                 return _read_once(path, size)
-            # Opened outside the lock: an open can block (a FIFO where an attribute
-            # should be), and a stuck reader must not stall close_all().
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # Opened outside the lock; open_regular refuses a FIFO (whose open would
+            # block) and anything else that is not an attribute file.
+            fd = open_regular(path)
             with self._lock:
                 self._fds[path] = fd
         try:
@@ -168,7 +223,7 @@ class AttrFiles:
             self.close(path)
             gone = exc.errno in (errno.ENODEV, errno.ESRCH)
             code = errno.ENOENT if gone else exc.errno
-            raise OSError(code, os.strerror(code) if gone else exc.strerror, path) from None
+            raise OSError(code, os.strerror(errno.ENOENT) if gone else exc.strerror, path) from None
 
     def read_int(self, path: str) -> int:
         data = self.read_bytes(path, 64)
@@ -243,27 +298,35 @@ def list_dir(path: str) -> list[str]:
         return []
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """Parse the kernel's cpulist format ("0-3,8,10-11").
+def parse_cpulist(text: str, limit: int = NR_CPUS_MAX) -> list[int]:
+    """Parse the kernel's cpulist format ("0-3,8,10-11"); every CPU must be below ``limit``.
 
-    See Documentation/admin-guide/cputopology.rst.
+    See Documentation/admin-guide/cputopology.rst. The kernel prints a cpulist from a
+    bitmap (``%*pbl``, lib/bitmap-str.c), so its ranges ascend and never overlap; a list
+    that repeats or reorders ranges is not one the kernel wrote, and is refused before it
+    is expanded. Together with ``limit`` this bounds the result to ``limit`` CPUs whatever
+    the file holds ("0-65535" repeated would otherwise be millions of entries).
     """
     cpus: list[int] = []
     text = text.strip()
     if not text:
         return cpus
+    previous = -1
     for part in text.split(","):
         lo, sep, hi = part.partition("-")
         try:
-            if sep:
-                first, last = int(lo), int(hi)
-                if last < first or last - first > 65536:
-                    raise ValueError
-                cpus.extend(range(first, last + 1))
-            else:
-                cpus.append(int(lo))
+            first = int(lo)
+            last = int(hi) if sep else first
         except ValueError:
-            raise ValueError(f"bad cpulist element {part!r}") from None
+            raise ValueError(f"bad cpulist element {part[:40]!r}") from None
+        if first < 0 or last < first:
+            raise ValueError(f"bad cpulist element {part[:40]!r}")
+        if last >= limit:
+            raise ValueError(f"cpulist element {part[:40]!r} beyond CPU {limit - 1}")
+        if first <= previous:
+            raise ValueError(f"cpulist element {part[:40]!r} not in ascending order")
+        previous = last
+        cpus.extend(range(first, last + 1))
     return cpus
 
 

@@ -1,23 +1,71 @@
 """CPU topology basics: which CPUs exist and are online.
 
-Source: Documentation/ABI/testing/sysfs-devices-system-cpu (``online``, ``present``).
+Source: Documentation/ABI/testing/sysfs-devices-system-cpu (``online``, ``possible``).
 """
 
 from __future__ import annotations
 
-from cephnode_exporter.hostfs import HostFS, ParseError, parse_cpulist, read_text
+from cephnode_exporter.hostfs import (
+    NR_CPUS_MAX,
+    HostFS,
+    ParseError,
+    ReadErrors,
+    parse_cpulist,
+    read_text,
+)
 
 CPU_DIR = ("devices", "system", "cpu")
 
 
-def online_cpus(fs: HostFS) -> list[int]:
-    """CPUs the scheduler may run on; offline CPUs have no cpuidle directory."""
+def possible_cpus(fs: HostFS, errors: ReadErrors | None = None) -> frozenset[int] | None:
+    """CPUs the kernel allocated resources for at boot: every CPU that can ever be
+    online, fixed until reboot. None when the file is absent or unusable (counted in
+    ``errors`` unless absent); callers then bound CPU numbers by ``NR_CPUS_MAX``."""
+    path = fs.sys(*CPU_DIR, "possible")
+    try:
+        text = read_text(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if errors is not None:
+            errors.add(exc)
+        return None
+    try:
+        cpus = parse_cpulist(text)
+    except ValueError as exc:
+        if errors is not None:
+            errors.add(ParseError(path, str(exc)))
+        return None
+    if not cpus:
+        if errors is not None:
+            errors.add(ParseError(path, "empty"))
+        return None
+    return frozenset(cpus)
+
+
+def online_cpus(fs: HostFS, errors: ReadErrors | None = None) -> list[int]:
+    """CPUs the scheduler may run on; offline CPUs have no cpuidle directory.
+
+    Raises ParseError unless the list names at least one CPU (the boot CPU is always
+    online, so an empty list is a broken file, never an idle node) and only CPUs of the
+    ``possible`` set: a list beyond it was not written by this kernel, and expanding it
+    would cost memory without bound. A bad ``possible`` file is counted in ``errors``.
+    """
     path = fs.sys(*CPU_DIR, "online")
     text = read_text(path)
+    possible = possible_cpus(fs, errors)
+    limit = max(possible) + 1 if possible else NR_CPUS_MAX
     try:
-        return parse_cpulist(text)
+        cpus = parse_cpulist(text, limit)
     except ValueError as exc:
         raise ParseError(path, str(exc)) from None
+    if not cpus:
+        raise ParseError(path, "empty: no CPU online")
+    if possible is not None:
+        outside = [c for c in cpus if c not in possible]
+        if outside:
+            raise ParseError(path, f"CPU {outside[0]} is not in the possible set")
+    return cpus
 
 
 def cpu_dir(fs: HostFS, cpu: int, *parts: str) -> str:

@@ -34,9 +34,14 @@ class CPUPolicy:
 
 @dataclass
 class CPUFreq:
-    """The node's frequency-scaling picture. ``cpus`` is empty without cpufreq (a VM)."""
+    """The node's frequency-scaling picture. ``cpus`` is empty without cpufreq (a VM).
+
+    ``unread`` names the online CPUs whose policy could not be read (CPU -> the error):
+    they are neither in ``cpus`` nor CPUs without cpufreq.
+    """
 
     cpus: dict[int, CPUPolicy] = field(default_factory=dict)
+    unread: dict[int, str] = field(default_factory=dict)
     online_cpus: int = 0
     boost: bool | None = None
     amd_pstate_status: str | None = None
@@ -50,7 +55,7 @@ def read_cpufreq(fs: HostFS) -> CPUFreq:
     refuses a second), so the driver and whether it has EPP are read once, not per CPU.
     """
     result = CPUFreq()
-    cpus = online_cpus(fs)
+    cpus = online_cpus(fs, result.errors)
     result.online_cpus = len(cpus)
     driver: str | None = None
     has_epp = True
@@ -58,27 +63,36 @@ def read_cpufreq(fs: HostFS) -> CPUFreq:
         base = cpu_dir(fs, cpu, "cpufreq")
         try:
             if driver is None:
-                driver = read_text(f"{base}/scaling_driver")
-            governor = read_text(f"{base}/scaling_governor")
+                driver = _nonempty(f"{base}/scaling_driver")
+            governor = _nonempty(f"{base}/scaling_governor")
         except FileNotFoundError:
             continue  # no cpufreq for this CPU
         except (OSError, ParseError) as exc:
             result.errors.add(exc)
+            result.unread[cpu] = str(exc)
             continue
         epp = None
         if has_epp:
             try:
                 epp = read_optional_text(f"{base}/energy_performance_preference")
                 has_epp = epp is not None  # absent: the driver has no EPP at all
-            except OSError as exc:
+            except (OSError, ParseError) as exc:
                 result.errors.add(exc)
         result.cpus[cpu] = CPUPolicy(driver, governor, epp)
     result.boost = _read_boost(fs, result.errors)
     try:
         result.amd_pstate_status = read_optional_text(fs.sys(*CPU_DIR, "amd_pstate", "status"))
-    except OSError as exc:
+    except (OSError, ParseError) as exc:
         result.errors.add(exc)
     return result
+
+
+def _nonempty(path: str) -> str:
+    """A name attribute; the kernel never prints an empty driver or governor name."""
+    text = read_text(path)
+    if not text:
+        raise ParseError(path, "empty")
+    return text
 
 
 def _read_boost(fs: HostFS, errors: ReadErrors) -> bool | None:
@@ -88,7 +102,7 @@ def _read_boost(fs: HostFS, errors: ReadErrors) -> bool | None:
     ):
         try:
             text = read_optional_text(path)
-        except OSError as exc:
+        except (OSError, ParseError) as exc:
             errors.add(exc)
             continue
         if text is None:

@@ -8,7 +8,11 @@ governor; ``cpuN/cpuidle/stateK/`` holds one state of one CPU:
 - ``latency`` (exit latency) and ``residency`` (target residency): static, microseconds;
 - ``time`` (microseconds), ``usage`` (entries), ``above``/``below`` (entries whose idle
   period was too short/long for the state), ``rejected`` (entries refused by the
-  driver): cumulative counters; ``above``/``below`` appeared in 5.6, ``rejected`` in 5.10;
+  driver): cumulative counters; ``above``/``below`` appeared in 5.6, ``rejected`` in 5.10.
+  The kernel keeps them as u64 and prints them with %llu (drivers/cpuidle/sysfs.c), so a
+  negative value, one beyond 2^64 or one lower than at the previous scrape (without a
+  driver change or a hotplug, which rebuild the device and zero them) is not a value the
+  kernel wrote: it is counted as a read error and left out;
 - ``disable``: 1 when the state is disabled for this CPU (by the admin, or by default
   when ``default_status`` is "disabled", see drivers/cpuidle/driver.c).
 """
@@ -50,6 +54,9 @@ class IdleStateInfo:
     files: tuple[tuple[str, str, bool], ...] = ()
 
 
+# The counters' type in the kernel (struct cpuidle_state_usage: u64 and unsigned long long).
+COUNTER_MAX = 2**64 - 1
+
 # (IdleStateSample attribute, file, required): time and usage exist on every kernel with
 # cpuidle; missing means the CPU went offline under us.
 _SAMPLE_FILES = (
@@ -80,12 +87,15 @@ class CPUIdle:
     """The node's idle-state picture at one scrape.
 
     ``driver`` is None when the kernel has no cpuidle framework (CONFIG_CPU_IDLE=n) and
-    "none" when no driver registered; ``cpus`` then is empty.
+    "none" when no driver registered; ``cpus`` then is empty. ``unread`` names the online
+    CPUs whose idle states could not all be read this time (CPU -> the first error): a
+    judgement over ``cpus`` alone would miss what those CPUs hide.
     """
 
     driver: str | None
     governor: str | None
     cpus: dict[int, list[IdleStateSample]] = field(default_factory=dict)
+    unread: dict[int, str] = field(default_factory=dict)
     errors: ReadErrors = field(default_factory=ReadErrors)
 
 
@@ -104,48 +114,67 @@ class CPUIdleReader:
         self._fs = fs
         self._key: tuple[str, tuple[int, ...]] | None = None
         self._static: dict[int, list[IdleStateInfo]] = {}
+        # (CPU, state index) -> counter -> the value read at the previous scrape.
+        self._last: dict[tuple[int, int], dict[str, int]] = {}
         self._files = AttrFiles(fd_budget(self.FD_SHARE))
 
     def close(self) -> None:
         self._files.close_all()
         self._static = {}
+        self._last = {}
         self._key = None
 
     def read(self) -> CPUIdle:
         fs = self._fs
         # Read first: a sysfs without CPUs is a wrong --path.sysfs, not a node without cpuidle.
-        cpus = online_cpus(fs)
+        result_errors = ReadErrors()
+        cpus = online_cpus(fs, result_errors)
         driver = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_driver"))
         governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor"))
         if governor is None:
             governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor_ro"))
-        result = CPUIdle(driver=driver, governor=governor)
+        result = CPUIdle(driver=driver, governor=governor, errors=result_errors)
         if driver is None or driver == "none":
             return result
         key = (driver, tuple(cpus))
         if key != self._key:
+            # A new driver or a hotplug registers the CPUs' cpuidle devices afresh, which
+            # zeroes their counters (__cpuidle_device_init): no fall to compare against.
             self._key = key
             self._static = {}
+            self._last = {}
             self._files.close_all()
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
-                states = self._read_static(cpu, result.errors)
+                states = self._read_static(cpu, result)
                 if states is None:
                     continue
             samples = [
-                _read_sample(self._files, states, i, result.errors) for i in range(len(states))
+                _read_sample(
+                    self._files,
+                    states,
+                    i,
+                    self._last.setdefault((cpu, states[i].index), {}),
+                    result.errors,
+                )
+                for i in range(len(states))
             ]
             # A CPU that went offline between reading "online" and its files is dropped
             # whole rather than exported half-read.
             if all(s.disabled is None and s.time_us is None for s in samples):
                 self._static.pop(cpu, None)
+                for state in states:
+                    self._last.pop((cpu, state.index), None)
                 self._files.close_under(cpu_dir(fs, cpu, ""))
                 continue
             result.cpus[cpu] = samples
         return result
 
-    def _read_static(self, cpu: int, errors: ReadErrors) -> list[IdleStateInfo] | None:
+    def _read_static(self, cpu: int, result: CPUIdle) -> list[IdleStateInfo] | None:
+        """The CPU's idle states; a state whose static files fail is left out, the CPU
+        is noted in ``result.unread`` and not cached, so the next scrape retries it."""
+        errors = result.errors
         base = cpu_dir(self._fs, cpu, "cpuidle")
         names = [n for n in list_dir(base) if n.startswith("state") and n[5:].isdigit()]
         states: list[IdleStateInfo] = []
@@ -169,6 +198,8 @@ class CPUIdleReader:
                 )
             except (OSError, ParseError) as exc:
                 errors.add(exc)
+                if complete:
+                    result.unread[cpu] = str(exc)
                 complete = False
         if not states:
             return None
@@ -178,24 +209,44 @@ class CPUIdleReader:
 
 
 def _read_sample(
-    files: AttrFiles, states: list[IdleStateInfo], i: int, errors: ReadErrors
+    files: AttrFiles,
+    states: list[IdleStateInfo],
+    i: int,
+    last: dict[str, int],
+    errors: ReadErrors,
 ) -> IdleStateSample:
-    """Read one state's counters: the collector's hot loop, one pread per file."""
+    """Read one state's counters: the collector's hot loop, one pread per file.
+
+    ``last`` holds this state's counters of the previous scrape and is updated; a counter
+    below it, negative or beyond u64 is an error for this scrape and left out.
+    """
     info = states[i]
     values: dict[str, int] = {}
     absent: list[str] = []
     vanished = False
     for attr, path, required in info.files:
         try:
-            values[attr] = files.read_int(path)
+            value = files.read_int(path)
         except FileNotFoundError:
             if required:
                 vanished = True
                 errors.add(FileNotFoundError(errno.ENOENT, "vanished", path))
             else:
                 absent.append(attr)
+            continue
         except (OSError, ParseError) as exc:
             errors.add(exc)
+            continue
+        if attr != "disabled":
+            if not 0 <= value <= COUNTER_MAX:
+                errors.add(ParseError(path, f"counter out of the u64 range: {value}"))
+                continue
+            previous = last.get(attr)
+            last[attr] = value
+            if previous is not None and value < previous:
+                errors.add(ParseError(path, f"counter fell from {previous} to {value}"))
+                continue
+        values[attr] = value
     if absent and not vanished:
         states[i] = replace(info, files=tuple(f for f in info.files if f[0] not in absent))
     disabled = values.pop("disabled", None)

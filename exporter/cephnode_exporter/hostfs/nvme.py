@@ -146,7 +146,7 @@ def find_hwmon(ctrl_dir: str, pci_dir: str | None) -> str | None:
             try:
                 if read_text(os.path.join(path, "name")) == HWMON_NAME:
                     return path
-            except OSError:
+            except (OSError, ParseError):  # unreadable, or larger than any hwmon name
                 continue
     return None
 
@@ -193,6 +193,9 @@ def read_wbt_lat_usec(attrs: DeviceAttrs) -> int | None:
             attrs.missing = True
         else:
             attrs.errors.add(exc)
+        return None
+    except ParseError as exc:  # larger than MAX_READ_BYTES: not an attribute the kernel wrote
+        attrs.errors.add(exc)
         return None
     try:
         value = int(text.strip())

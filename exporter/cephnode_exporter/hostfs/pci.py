@@ -107,6 +107,9 @@ class DeviceAttrs:
             else:
                 self.errors.add(exc)
             return None
+        except ParseError as exc:  # read_text refuses a file above MAX_READ_BYTES
+            self.errors.add(exc)
+            return None
         try:
             return parse(text, path)
         except ParseError as exc:

@@ -18,7 +18,7 @@ def read_cpu_latency_limit_us(fs: HostFS) -> int | None:
     """The limit in microseconds, or None when the device is absent or not readable."""
     path = fs.root("dev", "cpu_dma_latency")
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, char_device=True)  # a misc character device
     except (FileNotFoundError, PermissionError):
         return None
     if len(data) != 4:

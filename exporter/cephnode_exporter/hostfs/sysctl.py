@@ -25,6 +25,8 @@ from cephnode_exporter.hostfs import HostFS, ParseError, read_text
 # One path component: what the kernel's sysctl tables and network interface names use
 # (interface names may hold '.', ':', '@', '-', '+'; see dev_valid_name() in net/core/dev.c).
 _COMPONENT = re.compile(r"[A-Za-z0-9_.:@+-]+")
+# One field of an integer sysctl: proc_dointvec and proc_doulongvec_minmax print "%d"/"%lu".
+_DECIMAL = re.compile(r"-?[0-9]{1,20}")  # at most 20 digits: the u64 range
 
 
 def sysctl_path_parts(name: str) -> list[str]:
@@ -58,16 +60,41 @@ def parse_sysctl(text: str, path: str = "sysctl") -> SysctlValue:
     if any(ord(c) < 32 and c not in "\t " for c in text):
         raise ParseError(path, f"control characters in value: {text[:40]!r}")
     fields = text.split()
-    try:
-        ints = tuple(int(f) for f in fields) if fields else None
-    except ValueError:
-        ints = None
+    # Decimal as the kernel prints it; int() alone would also take "1_000" or "+5".
+    numeric = bool(fields) and all(_DECIMAL.fullmatch(f) for f in fields)
+    ints = tuple(int(f) for f in fields) if numeric else None
     return SysctlValue(text=" ".join(fields) if ints is not None else text, ints=ints)
 
 
-def read_sysctl(fs: HostFS, name: str) -> SysctlValue | None:
+def sysctl_target(value: object) -> tuple[int, ...] | str:
+    """A sysctl value as a profile gives it: integers (``2048``, ``"10240 87380
+    2147483647"``, a list of integers) or, for a string sysctl, the text; ValueError when
+    it is neither (a bool, an empty value, a list of something else)."""
+    if isinstance(value, bool):
+        raise ValueError("value must be an integer, a string or a list of integers")
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError("a list value must hold integers")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ValueError("value must be an integer, a string or a list of integers")
+    text = " ".join(value.split())
+    if not text:
+        raise ValueError("value is empty")
+    try:
+        return tuple(int(f) for f in text.split())
+    except ValueError:
+        return text
+
+
+def read_sysctl(fs: HostFS, name: str, numeric: bool = False) -> SysctlValue | None:
     """Read one sysctl; None when the running kernel does not have it.
 
+    With ``numeric`` (the profile compares it as integers), a value that is not decimal
+    integers is a ParseError: the kernel prints integer sysctls in decimal
+    (``proc_dointvec``), so "0x10" or an empty file is not a value it wrote.
     Raises OSError (unreadable: EIO, EACCES for 0600 sysctls, a directory) or ParseError.
     """
     path = fs.proc("sys", *sysctl_path_parts(name))
@@ -78,4 +105,7 @@ def read_sysctl(fs: HostFS, name: str) -> SysctlValue | None:
     except NotADirectoryError:
         # A component of the name is a file ("net.core.somaxconn.x"): no such sysctl.
         return None
-    return parse_sysctl(text, path)
+    value = parse_sysctl(text, path)
+    if numeric and value.ints is None:
+        raise ParseError(path, f"not decimal integers: {value.text[:40]!r}")
+    return value
