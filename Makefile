@@ -30,6 +30,7 @@ run: venv
 test: venv deps
 	$(PY) -m ruff check exporter tests dashboards
 	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m mypy exporter/cephnode_exporter
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
@@ -48,6 +49,7 @@ soak: venv
 lint: venv
 	$(PY) -m ruff check exporter tests dashboards
 	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m mypy exporter/cephnode_exporter
 
 format: venv
 	$(PY) -m ruff format exporter tests dashboards

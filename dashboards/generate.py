@@ -794,7 +794,7 @@ def fleet() -> dict[str, Any]:
                 ],
                 [
                     organize(
-                        [*PLUMBING, "op", "quantile"],
+                        [*PLUMBING, "op", "phi"],
                         rename={"Value #A": "p99 / fleet median", "Value #B": "p99"},
                         order=["instance", "ceph_daemon", "device_class", "Value #A", "Value #B"],
                     )
@@ -1588,8 +1588,7 @@ def node() -> dict[str, Any]:
                     # The exporter's p99: read-modify-write ops too, which the fleet
                     # rules leave out.
                     target(
-                        'cephnode_osd_op_latency_quantile_seconds{<OSDS>, op="$op", '
-                        'quantile="0.99"}',
+                        'cephnode_osd_op_latency_quantile_seconds{<OSDS>, op="$op", phi="0.99"}',
                         "{{ceph_daemon}} p99",
                     ),
                     # Where the p99 exists: at least 1 op/s, as for the p99.
@@ -1598,7 +1597,7 @@ def node() -> dict[str, Any]:
                         'cephnode_osd_op_latency_seconds_bucket{<OSDS>, op="$op"}[5m])))'
                         " and on (ceph_daemon) "
                         'cephnode_osd_op_latency_quantile_seconds{<OSDS>, op="$op", '
-                        'quantile="0.99"}',
+                        'phi="0.99"}',
                         "{{ceph_daemon}} p50",
                     ),
                     target(

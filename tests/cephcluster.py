@@ -14,11 +14,20 @@ Daemons run in the foreground (``-f``) as children of this process, with
 them all (also when a test failed) and removes the directory (kept when
 ``CEPHNODE_KEEP_CLUSTER=1``, for debugging).
 
-In tests, :func:`shared_cluster` starts one cluster per pytest session, whichever module
-asks first (see ``ceph_cluster`` in tests/test_cephcluster.py). From the shell::
+A cluster of a newer release runs from a Debian chroot (tests/chroots.py: Reef from
+trixie, Tentacle from sid) with ``chroot=DIR``: every daemon and CLI tool is started
+through ``chroot DIR``, and the cluster directory lives inside the chroot's /tmp with a
+symlink of the same name in the host's /tmp, so that every path (ceph.conf, the admin
+sockets, the BlueStore block file) is spelled the same on both sides and the host's
+exporter and librados use the very paths the daemons were given.
+
+In tests, :func:`shared_cluster` starts one cluster per release and pytest session,
+whichever module asks first (see ``ceph_cluster`` in tests/test_cephcluster.py). From the
+shell::
 
     python tests/cephcluster.py up          # start, print the paths, wait for Ctrl-C
     python tests/cephcluster.py record DIR  # record admin socket payloads (docs/ceph.md)
+    CEPHNODE_RELEASE=reef python tests/cephcluster.py record DIR  # ... of a chroot's release
     python tests/cephcluster.py record-kvstats DIR  # dump_objectstore_kv_stats replies
 """
 
@@ -125,6 +134,12 @@ class CephCluster:
     # client.admin's key (admin_keyring), daemons their own keys in their data dirs.
     auth: str = "none"
     base: Path | None = None
+    # A Debian chroot holding the Ceph packages to run (tests/chroots.py); None: the host's.
+    chroot: Path | None = None
+    # The Ceph release (tests/chroots.py RELEASES) and, once started, the daemons' version
+    # ("16.2.15", from ceph-osd --version).
+    release: str = "pacific"
+    version: str = ""
     keep: bool = field(default_factory=lambda: os.environ.get("CEPHNODE_KEEP_CLUSTER") == "1")
     name: str = field(default_factory=lambda: "cnx" + secrets.token_hex(3))
     fsid: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -136,6 +151,12 @@ class CephCluster:
     def __post_init__(self) -> None:
         if self.auth not in ("none", "cephx"):
             raise ValueError(f"auth must be none or cephx, not {self.auth!r}")
+        self._inner: Path | None = None  # the real directory inside the chroot
+        if self.base is None and self.chroot is not None:
+            self._inner = Path(tempfile.mkdtemp(prefix="cephnode-", dir=self.chroot / "tmp"))
+            self._inner.chmod(0o711)
+            self.base = Path("/tmp") / self._inner.name
+            self.base.symlink_to(self._inner)
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="cephnode-", dir="/tmp"))
             # Traversable by others, for the permission tests (with cephx its keyrings
@@ -280,10 +301,15 @@ class CephCluster:
     def _common_args(self) -> list[str]:
         return ["-c", str(self.conf), "--cluster", self.name]
 
+    def _in_root(self, argv: list[str]) -> list[str]:
+        """``argv`` run from the cluster's Ceph installation: through ``chroot`` (which
+        execs it, so the process is the daemon itself) or as is on the host."""
+        return argv if self.chroot is None else ["chroot", str(self.chroot), *argv]
+
     def _spawn(self, key: str, argv: list[str]) -> subprocess.Popen:
         with open(self.log_dir / f"{key}.out", "ab") as out:
             proc = subprocess.Popen(
-                argv,
+                self._in_root(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -297,7 +323,7 @@ class CephCluster:
         what = what or " ".join(argv[:3])
         try:
             res = subprocess.run(
-                argv,
+                self._in_root(argv),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -347,6 +373,8 @@ class CephCluster:
             self.stop()
             raise
         self.timings["start"] = time.monotonic() - t0
+        # "ceph version 18.2.7 (<sha1>) reef (stable)"
+        self.version = self._run(["ceph-osd", "--version"], what="ceph-osd --version").split()[2]
         return self
 
     def _start(self, t0: float, deadline: float) -> None:
@@ -399,10 +427,10 @@ class CephCluster:
         # mkfs in parallel: the BlueStore one (RocksDB on a fresh file) takes seconds.
         mkfs = {
             osd.id: subprocess.Popen(
-                [
+                self._in_root([
                     "ceph-osd", *self._common_args(), "--mkfs", "-i", str(osd.id),
                     "--osd-uuid", osd.uuid,
-                ],
+                ]),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -462,7 +490,7 @@ class CephCluster:
         while True:
             self._check_alive()
             res = subprocess.run(
-                [*self.ceph_cmd, "mon", "stat"],
+                self._in_root([*self.ceph_cmd, "mon", "stat"]),
                 capture_output=True,
                 timeout=30,
                 check=False,
@@ -521,7 +549,14 @@ class CephCluster:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
-        if self.base is not None and self.base.exists() and not self.keep:
+        if self.keep:
+            return
+        if self._inner is not None:
+            shutil.rmtree(self._inner, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                assert self.base is not None
+                self.base.unlink()
+        elif self.base is not None and self.base.exists():
             shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> CephCluster:
@@ -651,35 +686,49 @@ class CephCluster:
 
 # ----------------------------------------------------------------------------- pytest
 
-_shared: CephCluster | None = None
-_shared_error: BaseException | None = None
+_shared: dict[str, CephCluster] = {}
+_shared_error: dict[str, BaseException] = {}
 
 
-def shared_cluster(config: pytest.Config) -> CephCluster:
-    """The session's cluster, started on first use and stopped when pytest ends.
+def shared_cluster(config: pytest.Config, release: str = "pacific") -> CephCluster:
+    """The session's cluster of ``release`` (tests/chroots.py: pacific on the host, reef
+    and tentacle from chroots), started on first use and stopped when pytest ends.
 
     Any test module may define a session fixture that returns this: they all get the
     same cluster (a fixture imported into several modules would start one per module).
     A failed start is remembered, so the next tests fail at once instead of retrying.
+    A chroot that cannot be built is a missing prerequisite: a skip with the reason, a
+    failure under CI=true.
     """
-    global _shared, _shared_error
-    from tests.conftest import need_root, need_tool
+    from tests.chroots import RELEASES, ChrootError, ensure_chroot
+    from tests.conftest import need, need_root, need_tool
 
     need_root("starts Ceph daemons (mon, mgr, OSDs)")
-    for tool, package in TOOLS.items():
-        need_tool(tool, package)
-    if _shared_error is not None:
-        raise ClusterError(f"the test cluster failed to start earlier: {_shared_error}")
-    if _shared is None:
-        cluster = CephCluster()
+    spec = RELEASES[release]
+    if spec.suite is None:
+        for tool, package in TOOLS.items():
+            need_tool(tool, package)
+    if release in _shared_error:
+        raise ClusterError(
+            f"the {release} test cluster failed to start earlier: {_shared_error[release]}"
+        )
+    if release not in _shared:
+        root: Path | None = None
+        if spec.suite is not None:
+            try:
+                root = ensure_chroot(spec)
+            except ChrootError as exc:
+                _shared_error[release] = exc
+                need(False, f"the {spec.suite} chroot for {release} could not be built: {exc}")
+        cluster = CephCluster(chroot=root, release=release)
         try:
             cluster.start()
         except BaseException as exc:
-            _shared_error = exc
+            _shared_error[release] = exc
             raise
         config.add_cleanup(cluster.stop)
-        _shared = cluster
-    return _shared
+        _shared[release] = cluster
+    return _shared[release]
 
 
 # ----------------------------------------------------------------------------- recording
@@ -742,15 +791,27 @@ def record(cluster: CephCluster, dest: Path) -> dict[str, Any]:
     bench.kill()
     bench.wait()
     version = json.loads((dest / "bluestore.version.json").read_bytes())
+    env = f"CEPHNODE_RELEASE={os.environ.get('CEPHNODE_RELEASE', '?')} " if cluster.chroot else ""
     manifest = {
         "ceph_version": version.get("version"),
         "release": version.get("release"),
-        "recorded_with": "python tests/cephcluster.py record tests/fixtures/ceph",
+        "recorded_with": f"{env}python tests/cephcluster.py record {_repo_relative(dest)}",
+        "recorded_on": time.strftime("%Y-%m-%d", time.gmtime()),
+        "packages": "Debian "
+        + ("bookworm (host)" if cluster.chroot is None else f"chroot {cluster.chroot.name}"),
         "stalled_replica": f"osd.{victim}",
         "files": files,
     }
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+def _repo_relative(path: Path) -> str:
+    """``path`` as given on the command line from the repository root, for manifests."""
+    try:
+        return str(path.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(path)
 
 
 def record_kv_stats(cluster: CephCluster, dest: Path) -> dict[str, Any]:
@@ -790,7 +851,15 @@ def record_kv_stats(cluster: CephCluster, dest: Path) -> dict[str, Any]:
     version = AdminSocket(cluster.asok(f"osd.{osd_id}")).command("version")
     manifest = {
         "ceph_version": version.get("version"),
-        "recorded_with": "python tests/cephcluster.py record-kvstats tests/fixtures/ceph/kvstats",
+        "recorded_with": (
+            (
+                f"CEPHNODE_RELEASE={os.environ.get('CEPHNODE_RELEASE', '?')} "
+                if cluster.chroot
+                else ""
+            )
+            + f"python tests/cephcluster.py record-kvstats {_repo_relative(dest)}"
+        ),
+        "recorded_on": time.strftime("%Y-%m-%d", time.gmtime()),
         "files": files,
     }
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -806,7 +875,12 @@ def main(argv: list[str]) -> int:
     # the block below, so that stop() runs.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
-    with CephCluster() as cluster:
+    release = os.environ.get("CEPHNODE_RELEASE", "pacific")
+    from tests.chroots import RELEASES, ensure_chroot
+
+    suite = RELEASES[release].suite
+    root = ensure_chroot(RELEASES[release]) if suite is not None else None
+    with CephCluster(chroot=root, release=release) as cluster:
         print(f"cluster {cluster.name} up in {cluster.timings['start']:.1f} s: {cluster.timings}")
         print(f"conf: {cluster.conf}\nsockets: {cluster.socket_dir}")
         print(f"ceph: {' '.join(cluster.ceph_cmd)}", flush=True)

@@ -21,6 +21,9 @@ declare -A PROVIDES=(
   # librados' Python binding for the pgs collector (ceph-common depends on it; listed so
   # that a missing binding is installed, not discovered by a failing test)
   [python3-rados]=/usr/lib/python3/dist-packages/rados.cpython-311-x86_64-linux-gnu.so
+  # builds the Debian 13 and unstable chroots that hold the newer Ceph releases the tests
+  # also run (tests/chroots.py); those suites never enter this machine's apt sources
+  [debootstrap]=/usr/sbin/debootstrap
 )
 
 want=("$@")

@@ -382,7 +382,7 @@ def window_quantiles(
             if s.name.endswith("_bucket"):
                 key = tuple(s.labels[k] for k in keys)
                 per.setdefault(key, []).append((float(s.labels["le"]), s.value))
-        gauge = GaugeMetricFamily(name, "dashboard fixture", labels=[*keys, "quantile"])
+        gauge = GaugeMetricFamily(name, "dashboard fixture", labels=[*keys, "phi"])
         for key, buckets in sorted(per.items()):
             buckets.sort()
             if buckets[-1][1] / age(f"{source}_bucket") < 1:

@@ -522,6 +522,24 @@ def test_nvme_max_devices(make_tree: MakeTree, caplog: pytest.LogCaptureFixture)
     ]
 
 
+def test_iommu_follows_the_nvme_device_cap(make_tree: MakeTree) -> None:
+    """The iommu collector's per-controller series are capped like the nvme collector's,
+    on the same controllers."""
+    tree = make_tree(twelve_controllers())
+    c = collect([*tree.flags, "--collector.nvme.max-devices=3"])
+    controllers = {
+        dict(labels)["controller"] for n, labels in samples(c) if n == "cephnode_iommu_group_info"
+    }
+    assert controllers == {"nvme0", "nvme1", "nvme2"}
+    assert value(c, "cephnode_scrape_collector_items_dropped", collector="iommu") == 9
+    c = collect(tree.flags)
+    controllers = {
+        dict(labels)["controller"] for n, labels in samples(c) if n == "cephnode_iommu_group_info"
+    }
+    assert len(controllers) == 12
+    assert value(c, "cephnode_scrape_collector_items_dropped", collector="iommu") == 0
+
+
 def test_net_max_interfaces(make_tree: MakeTree) -> None:
     """Physical ports come first (they have the series), each kind in natural order."""
     ports = [port("ens10f0", 0), port("ens9f0", 1), port("ens9f1", 2)]

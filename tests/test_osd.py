@@ -1858,12 +1858,12 @@ OPS = tuple(perf.OP_HISTOGRAMS)
 
 
 def p99s(c: Collection) -> dict[tuple[str, str], float]:
-    """(ceph_daemon, op) -> the exported p99 (each with quantile="0.99")."""
+    """(ceph_daemon, op) -> the exported p99 (each with phi="0.99")."""
     out = {}
     for (name, labels), v in samples(c).items():
         if name == P99:
             lab = dict(labels)
-            assert lab["quantile"] == "0.99"
+            assert lab["phi"] == "0.99"
             out[(lab["ceph_daemon"], lab["op"])] = v
     return out
 
@@ -1955,7 +1955,7 @@ def test_pooled_quantiles_follow_the_pool(osd_tree: Tree, fake_node: FakeNode) -
         for (metric, labels), v in samples(c).items():
             if metric == name:
                 lab = dict(labels)
-                out[(lab["media"], lab["op"], lab["quantile"])] = v
+                out[(lab["media"], lab["op"], lab["phi"])] = v
         return out
 
     def step(ops: int) -> dict[tuple[str, str, str], float]:

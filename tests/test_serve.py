@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -98,17 +101,36 @@ def test_twenty_parallel_scrapes(
 
 
 def test_prometheus_scrape_timeout_header_bounds_a_hung_collector(
-    processes: list[subprocess.Popen], make_tree: MakeTree
+    processes: list[subprocess.Popen], node_trees: dict[str, Tree], tmp_path: Path
 ) -> None:
-    tree = make_tree(
-        "epyc9454p-detuned", faults={"sys/devices/system/cpu/cpu4/cpuidle/state0/usage": "fifo"}
-    )
-    _, base = start(processes, *tree.flags)
-    start_time = time.monotonic()
-    status, body, _ = get(base + "/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"})
-    assert time.monotonic() - start_time < 1.5
+    # An OSD admin socket that accepts and never answers (a SIGSTOPped OSD), with
+    # timeouts far beyond the scrape's: Prometheus' header bounds the scrape.
+    directory = tempfile.mkdtemp(prefix="osd-", dir="/tmp")  # AF_UNIX paths: 107 bytes
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(os.path.join(directory, "ceph-osd.0.asok"))
+        listener.listen(8)
+        try:
+            _, base = start(
+                processes,
+                *node_trees["epyc9454p-detuned"].flags,
+                f"--ceph.socket-dir={directory}",
+                "--collector.osd.timeout=5",
+                "--collector.timeout=5",
+                "--scrape.timeout=6",
+            )
+            start_time = time.monotonic()
+            status, body, _ = get(base + "/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"})
+            assert time.monotonic() - start_time < 1.5
+        finally:
+            shutil.rmtree(directory)
     assert status == 200
-    assert 'cephnode_scrape_collector_success{collector="cpuidle"} 0.0' in body
+    # The OSD is reported as not answering, or the osd collector as failed: never a
+    # scrape that waits for it.
+    assert (
+        'cephnode_osd_scrape_success{ceph_daemon="osd.0"} 0.0' in body
+        or 'cephnode_scrape_collector_success{collector="osd"} 0.0' in body
+    ), body[-2000:]
+    assert 'cephnode_scrape_collector_success{collector="cpuidle"} 1.0' in body
     assert 'cephnode_scrape_collector_success{collector="cpufreq"} 1.0' in body
 
 

@@ -18,6 +18,9 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
@@ -26,7 +29,7 @@ from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
-from cephnode_exporter.scrape import Collection, Scraper
+from cephnode_exporter.scrape import Collection, ProcessMetrics, Scraper
 
 log = logging.getLogger("cephnode_exporter")
 
@@ -78,13 +81,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="root filesystem, for /etc and /dev (default: %(default)s)",
     )
     collectors = parser.add_argument_group("collectors")
+    collectors.add_argument(
+        "--collector.disable-defaults",
+        dest="collector_disable_defaults",
+        action="store_true",
+        help="set all collectors to disabled by default; enable each wanted one with "
+        "--collector.<name> (node_exporter's flag)",
+    )
     for name, cls in sorted(REGISTRY.items()):
         state = "enabled" if cls.default_enabled else "disabled"
         collectors.add_argument(
             f"--collector.{name}",
             dest=f"collector_{name}",
             action=argparse.BooleanOptionalAction,
-            default=cls.default_enabled,
+            # None: not given, so the default applies (or --collector.disable-defaults).
+            default=None,
             help=f"{cls.help} (default: {state})",
         )
         cls.add_arguments(collectors)
@@ -140,9 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--web.listen-address",
         dest="web_listen_address",
-        default=DEFAULT_LISTEN,
+        action="append",
+        default=None,
         metavar="ADDR",
-        help="address to listen on (default: %(default)s)",
+        help=f"address to listen on; repeat to listen on several (default: {DEFAULT_LISTEN})",
+    )
+    serve.add_argument(
+        "--web.systemd-socket",
+        dest="web_systemd_socket",
+        action="store_true",
+        help="use the sockets systemd passes (socket activation, sd_listen_fds(3)) "
+        "instead of --web.listen-address",
     )
     serve.add_argument(
         "--web.telemetry-path",
@@ -167,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="concurrent connections (default: %(default)s)",
     )
+    serve.add_argument(
+        "--web.disable-exporter-metrics",
+        dest="web_disable_exporter_metrics",
+        action="store_true",
+        help="leave out the exporter's own process_* metrics (memory, CPU, fds, threads)",
+    )
     _common(serve)
     dump = sub.add_parser("dump", help="collect once and print the exposition text")
     _common(dump)
@@ -183,6 +208,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
     args = build_parser().parse_args(argv)
+    for name, cls in REGISTRY.items():
+        # node_exporter's collector.go: an explicit --[no-]collector.<name> wins, else the
+        # collector's default, which --collector.disable-defaults turns off.
+        dest = f"collector_{name}"
+        if getattr(args, dest) is None:
+            setattr(args, dest, cls.default_enabled and not args.collector_disable_defaults)
+    if args.command == "serve" and args.web_listen_address is None:
+        args.web_listen_address = [DEFAULT_LISTEN]
     if args.command == "serve" and not args.web_telemetry_path.startswith("/"):
         build_parser().error("--web.telemetry-path must start with '/'")
     if args.command == "serve" and args.web_max_connections < 1:
@@ -210,6 +243,43 @@ def exposition(collection: Collection) -> bytes:
     return encode(collection.families())
 
 
+class _Families:
+    """Families in the shape prometheus_client's encoders take a registry (``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def openmetrics(families: list[Metric]) -> bytes:
+    """OpenMetrics 1.0 text, by prometheus_client's own encoder (ends with ``# EOF``).
+
+    Only for clients that ask for it: the text format keeps our faster encoder
+    (exposition.py), which Prometheus gets unless it negotiates OpenMetrics.
+    """
+    return openmetrics_latest(_Families(families))  # type: ignore[arg-type]
+
+
+def collector_filter(names: Sequence[str], scraper: Scraper) -> frozenset[str]:
+    """The collectors a scrape's ``collect[]`` names; FilterError for any it cannot run.
+
+    node_exporter's NewNodeCollector (collector/collector.go) refuses a name no collector
+    has ("missing collector") and one that is not enabled ("disabled collector"); its
+    handler answers 400 with the reason.
+    """
+    from cephnode_exporter.web import FilterError  # web (and bcrypt) only for serve
+
+    enabled = set(scraper.collector_names)
+    for name in names:
+        if name not in REGISTRY:
+            raise FilterError(f"couldn't create collector: missing collector: {name}")
+        if name not in enabled:
+            raise FilterError(f"couldn't create collector: disabled collector: {name}")
+    return frozenset(names)
+
+
 def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
     budget = args.scrape_timeout
     if header_timeout is not None and header_timeout > 0:
@@ -218,7 +288,12 @@ def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
 
 
 def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
-    from cephnode_exporter.web import make_server
+    from cephnode_exporter.web import (
+        ScrapeOptions,
+        format_address,
+        make_server,
+        systemd_listeners,
+    )
     from cephnode_exporter.webconfig import WebConfigError, load_web_config
 
     web_config = None
@@ -228,16 +303,54 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
         except WebConfigError as exc:
             log.error("invalid web config", extra=logs.kv(err=str(exc)))
             return EXIT_ERROR
+    listeners = None
+    if args.web_systemd_socket:
+        # exporter-toolkit's ListenAndServe: the activated sockets replace the addresses.
+        try:
+            listeners = systemd_listeners()
+        except (OSError, ValueError) as exc:
+            log.error("cannot listen", extra=logs.kv(systemd_socket=True, err=str(exc)))
+            return EXIT_ERROR
+        if not listeners:
+            log.error(
+                "cannot listen",
+                extra=logs.kv(
+                    systemd_socket=True, err="no socket activation file descriptors found"
+                ),
+            )
+            return EXIT_ERROR
+    process = None if args.web_disable_exporter_metrics else ProcessMetrics()
+
+    def families(collection: Collection) -> list[Metric]:
+        out = collection.families()
+        return out + process.families() if process is not None else out
+
+    def render(header_timeout: float | None) -> bytes:
+        return encode(families(scraper.collect(_budget(args, header_timeout))))
+
+    def render_for(options: ScrapeOptions) -> bytes:
+        only = None
+        if options.collectors is not None:
+            only = collector_filter(options.collectors, scraper)
+        out = families(scraper.collect(_budget(args, options.timeout), only))
+        return openmetrics(out) if options.openmetrics else encode(out)
+
     try:
         server = make_server(
             args.web_listen_address,
             args.web_telemetry_path,
-            lambda header_timeout: exposition(scraper.collect(_budget(args, header_timeout))),
+            render,
             web_config=web_config,
             max_connections=args.web_max_connections,
+            render_for=render_for,
+            listeners=listeners,
         )
     except (OSError, ValueError) as exc:
-        log.error("cannot listen", extra=logs.kv(address=args.web_listen_address, err=str(exc)))
+        address = ",".join(args.web_listen_address)
+        log.error("cannot listen", extra=logs.kv(address=address, err=str(exc)))
+        if listeners:
+            for sock in listeners:
+                sock.close()
         return EXIT_ERROR
 
     # Requests in progress at a stop get the scrape budget, plus a moment to be written.
@@ -268,18 +381,20 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
         signal.signal(sig, stop)
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, ignore)
-    host, port = server.server_address[:2]
-    host = f"[{host}]" if ":" in host else host
-    log.info(
-        "listening",
-        extra=logs.kv(
-            address=f"{host}:{port}",
-            tls=web_config is not None and web_config.ssl_context is not None,
-            collectors=",".join(scraper.collector_names),
-            profile=scraper.profile.name,
-            version=__version__,
-        ),
-    )
+    for bound in server.server_addresses:
+        log.info(
+            "listening",
+            extra=logs.kv(
+                address=format_address(bound),
+                tls=web_config is not None and web_config.ssl_context is not None,
+                systemd_socket=bool(args.web_systemd_socket),
+                collectors=",".join(scraper.collector_names),
+                profile=scraper.profile.name,
+                version=__version__,
+            ),
+        )
+    # The scraper is built and every socket listens: /-/ready may say so.
+    server.mark_ready()
     try:
         server.serve_forever()
         cut = server.drain(grace)

@@ -12,12 +12,15 @@ Three rules shape this module:
 - **Concurrent scrapes share work.** A scrape that arrives while a collection runs waits
   for the next one to start and shares it with every other waiter, so 20 parallel
   scrapes cost at most two collections and all of them see values read after they asked.
+  Scrapes of a subset of the collectors (``collect[]``, node_exporter's handler.go) share
+  only with scrapes of the same subset, and still run one collection at a time.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import platform
 import queue
 import re
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cephnode_exporter import __version__
@@ -224,6 +228,39 @@ class Collection:
         yield from (failed, warning, hashes)
 
 
+class ProcessMetrics:
+    """The exporter's own ``process_*`` metrics: RSS, CPU, open and maximum fds, start time.
+
+    node_exporter registers client_golang's process collector beside its own
+    (node_exporter.go, turned off by ``--web.disable-exporter-metrics``); this is
+    prometheus_client's equivalent, ProcessCollector, plus ``process_threads``, which
+    client_python does not export (Go exporters export it as ``go_threads``), because the
+    exporter's threads are what ``--web.max-connections`` and the unit's TasksMax bound.
+    Always the exporter's own /proc/self, never ``--path.procfs``: in a container that
+    option names the host's procfs, where "self" is not this process.
+    """
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc
+        self._collector = ProcessCollector(registry=None, proc=proc)
+
+    def families(self) -> list[Metric]:
+        """Fresh values; an unreadable /proc gives fewer families, never an error."""
+        out = list(self._collector.collect())
+        try:
+            threads = len(os.listdir(os.path.join(self._proc, "self", "task")))
+        except OSError:
+            return out
+        out.append(
+            GaugeMetricFamily(
+                "process_threads",
+                "Number of OS threads in the process.",
+                value=float(threads),
+            )
+        )
+        return out
+
+
 class _Call:
     """One function call handed to a worker, with its outcome."""
 
@@ -303,7 +340,8 @@ class Scraper:
         self._last_skips: dict[str, int] = {}
         self._cond = threading.Condition()
         self._running: _Round | None = None
-        self._pending: _Round | None = None
+        # The next round per subset of collectors (None: all of them).
+        self._pending: dict[frozenset[str] | None, _Round] = {}
 
     def close(self) -> None:
         """Stop the worker and release what collectors hold open (descriptors)."""
@@ -322,33 +360,39 @@ class Scraper:
     def collector_names(self) -> list[str]:
         return [c.name for c in self._collectors]
 
-    def collect(self, budget: float) -> Collection:
-        """Collect, sharing the work with concurrent callers; returns within ``budget``."""
+    def collect(self, budget: float, only: frozenset[str] | None = None) -> Collection:
+        """Collect, sharing the work with concurrent callers; returns within ``budget``.
+
+        ``only``: run just these of the enabled collectors (names the caller checked);
+        the others are left out of the collection, as node_exporter's filtered handler
+        leaves them out, and the checks that need them are skipped.
+        """
         deadline = time.monotonic() + budget
+        key = None if only is None or only >= set(self.collector_names) else only
         with self._cond:
-            mine = self._pending
+            mine = self._pending.get(key)
             if mine is None:
-                mine = self._pending = _Round()
+                mine = self._pending[key] = _Round()
             mine.deadlines.append(deadline)
             # Wait for the collection in progress: its reads may predate this request.
-            while self._running is not None and self._pending is mine:
+            while self._running is not None and self._pending.get(key) is mine:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(timeout=remaining)
-            if self._pending is mine and self._running is not None:
+            if self._pending.get(key) is mine and self._running is not None:
                 # Gave up before our round could start; leave it to the others.
                 mine.deadlines.remove(deadline)
                 if not mine.deadlines:
-                    self._pending = None
-                return self._timed_out()
-            drive = self._pending is mine
+                    del self._pending[key]
+                return self._timed_out(key)
+            drive = self._pending.get(key) is mine
             if drive:
-                self._pending = None
+                del self._pending[key]
                 self._running = mine
         if drive:
             try:
-                mine.collection = self._run(min(mine.deadlines))
+                mine.collection = self._run(min(mine.deadlines), key)
             finally:
                 with self._cond:
                     self._running = None
@@ -362,18 +406,24 @@ class Scraper:
                 self._cond.wait(timeout=remaining)
             if mine.collection is not None:
                 return mine.collection
-        return self._timed_out()
+        return self._timed_out(key)
 
-    def _timed_out(self) -> Collection:
+    def _selected(self, only: frozenset[str] | None) -> list[Collector]:
+        return [c for c in self._collectors if only is None or c.name in only]
+
+    def _timed_out(self, only: frozenset[str] | None = None) -> Collection:
         """A valid answer for a caller whose budget ran out while waiting for others."""
         msg = "scrape budget ran out while waiting for a concurrent collection"
         log.warning(msg)
-        outcomes = [Outcome(c.name, False, 0.0, error=msg) for c in self._collectors]
+        outcomes = [Outcome(c.name, False, 0.0, error=msg) for c in self._selected(only)]
         return Collection(outcomes, [], self._profile.name)
 
-    def _run(self, deadline: float) -> Collection:
-        outcomes = [self._run_one(c, deadline) for c in self._collectors]
-        states = {name: CollectorFacts(enabled=False) for name in self._disabled}
+    def _run(self, deadline: float, only: frozenset[str] | None = None) -> Collection:
+        collectors = self._selected(only)
+        outcomes = [self._run_one(c, deadline) for c in collectors]
+        # Collectors left out of a filtered scrape count as disabled for the checks.
+        left_out = {c.name for c in self._collectors} - {c.name for c in collectors}
+        states = {name: CollectorFacts(enabled=False) for name in self._disabled | left_out}
         for o in outcomes:
             states[o.name] = CollectorFacts(enabled=True, facts=o.facts, error=o.error)
         results = evaluate(self._profile, self._specs, states)

@@ -8,6 +8,12 @@ to a complete request when every slot is taken, TLS handshakes done in each conn
 own thread (never in the accept loop), basic auth that a flood of wrong passwords cannot
 turn into a denial of service, a graceful stop, and logging through :mod:`logging`
 instead of stderr.
+
+Beyond the telemetry path it behaves as node_exporter does with prometheus/exporter-toolkit
+(web/tls_config.go: ``ListenAndServe``, ``ServeMultiple``): it listens on every address
+given, or on the sockets systemd passes (socket activation), answers ``/-/healthy`` and
+``/-/ready`` as Prometheus' own web/web.go does, and applies basic auth to every path,
+as exporter-toolkit's ``webHandler`` does.
 """
 
 from __future__ import annotations
@@ -24,29 +30,70 @@ import io
 import ipaddress
 import logging
 import math
+import os
+import selectors
 import socket
 import socketserver
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import bcrypt
 
 from cephnode_exporter.webconfig import WebConfig
 
-__all__ = ["CONTENT_TYPE", "SCRAPE_TIMEOUT_HEADER", "ExporterServer", "make_server"]
+__all__ = [
+    "CONTENT_TYPE",
+    "OPENMETRICS_CONTENT_TYPE",
+    "SCRAPE_TIMEOUT_HEADER",
+    "ExporterServer",
+    "FilterError",
+    "ScrapeOptions",
+    "make_server",
+]
 
 log = logging.getLogger("cephnode_exporter.web")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# prometheus_client.openmetrics.exposition.CONTENT_TYPE_LATEST, the encoder used for it.
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+# Prometheus' own liveness and readiness paths (prometheus/prometheus web/web.go).
+HEALTHY_PATH = "/-/healthy"
+READY_PATH = "/-/ready"
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 REALM = "cephnode-exporter"
 
 Render = Callable[[float | None], bytes]
+
+
+@dataclass(frozen=True)
+class ScrapeOptions:
+    """What a scrape asked for beyond the plain text of every collector.
+
+    ``collectors``: the ``collect[]`` query parameters, sorted and without repeats
+    (node_exporter's NewNodeCollector, collector/collector.go, keeps them in a set: order
+    and repeats mean nothing), or None for every enabled collector.
+    ``openmetrics``: the client negotiated ``application/openmetrics-text``.
+    """
+
+    timeout: float | None
+    collectors: tuple[str, ...] | None = None
+    openmetrics: bool = False
+
+
+# Called instead of Render when a scrape has collect[] parameters or wants OpenMetrics;
+# the plain scrape keeps the one-argument path and its fast text encoder.
+RenderFor = Callable[[ScrapeOptions], bytes]
+
+
+class FilterError(ValueError):
+    """A collect[] parameter names no enabled collector: the client's mistake (400)."""
+
 
 _MAX_LINE = 65536  # request line limit, as http.server's own handler uses
 _LINGER = 0.5  # seconds to drain a client's unread input before closing (see _close)
@@ -79,6 +126,9 @@ _LOG_MAX = 300  # characters of client-supplied text in one debug log line
 _LOG_USER = 64  # characters of a client-supplied user name in a log line
 _GZIP_LEVEL = 1  # exposition text compresses well even at the cheapest level; CPU matters more
 _FALLBACK_ERRNOS = {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT}
+# socketserver's choice: poll() where it exists; epoll gains nothing for a few listeners.
+_Selector = getattr(selectors, "PollSelector", selectors.SelectSelector)
+_REQUEST_QUEUE_SIZE = 128  # a burst of scrapes and probes should queue, not be refused
 _ACCEPT_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -116,7 +166,7 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 
 
 def make_server(
-    listen_address: str,
+    listen_address: str | Sequence[str],
     telemetry_path: str,
     render: Render,
     web_config: WebConfig | None = None,
@@ -124,19 +174,34 @@ def make_server(
     request_timeout: float = 30.0,
     header_timeout: float = HEADER_TIMEOUT,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    render_for: RenderFor | None = None,
+    listeners: Sequence[socket.socket] | None = None,
 ) -> ExporterServer:
-    """Bind the listening socket and return a server ready for ``serve_forever()``.
+    """Bind the listening sockets and return a server ready for ``serve_forever()``.
 
-    ``render(scrape_timeout)`` is called once per scrape, possibly from several threads at
-    once (two Prometheus servers scraping together), with the scrape timeout Prometheus
-    announced or None. ``request_timeout`` bounds writing a response and a keep-alive
-    connection's wait for its next request; ``header_timeout`` the arrival of a request
-    head (from the connection's start, or from the first byte on a kept-alive one) and
+    ``listen_address`` is one address or several: the server listens on each, sharing one
+    connection limit, as exporter-toolkit's ``ListenAndServe`` serves every
+    ``--web.listen-address`` (web/tls_config.go). ``listeners``, when given, are
+    listening sockets made elsewhere (systemd socket activation) and the addresses are
+    not bound. ``render(scrape_timeout)`` is called once per plain scrape, possibly from
+    several threads at once (two Prometheus servers scraping together), with the scrape
+    timeout Prometheus announced or None; ``render_for(ScrapeOptions)`` for a scrape
+    with ``collect[]`` parameters or one that negotiated OpenMetrics (without it,
+    ``collect[]`` gets a 400 and OpenMetrics falls back to the text format).
+    ``request_timeout`` bounds writing a response and a keep-alive connection's wait for
+    its next request; ``header_timeout`` the arrival of a request head (from the
+    connection's start, or from the first byte on a kept-alive one) and
     ``handshake_timeout`` the TLS handshake; both are capped at ``request_timeout``.
     Raises ValueError for a bad address or argument; bind errors (address in use,
-    permission denied) propagate as OSError.
+    permission denied) propagate as OSError, and no socket stays bound then.
     """
-    host, port = parse_listen_address(listen_address)
+    addresses = [listen_address] if isinstance(listen_address, str) else list(listen_address)
+    if listeners is None:
+        if not addresses:
+            raise ValueError("no listen address")
+        # Every address is checked before any is bound: a typo in the second one must not
+        # leave the first bound by a process that is about to exit.
+        parsed = [(address, *parse_listen_address(address)) for address in addresses]
     if not telemetry_path.startswith("/") or any(
         c.isspace() or ord(c) < 32 for c in telemetry_path
     ):
@@ -144,6 +209,8 @@ def make_server(
             f"invalid telemetry path {telemetry_path!r}: "
             "must start with '/' and contain no spaces or control characters"
         )
+    if telemetry_path in (HEALTHY_PATH, READY_PATH):
+        raise ValueError(f"invalid telemetry path {telemetry_path!r}: reserved for probes")
     if max_connections < 1:
         raise ValueError("max_connections must be at least 1")
     for name, value in (
@@ -154,42 +221,77 @@ def make_server(
         if not value > 0:
             raise ValueError(f"{name} must be positive")
 
-    candidates = _bind_candidates(host, port, listen_address)
-    for i, (family, sockaddr, dual_stack) in enumerate(candidates):
+    if listeners is not None:
+        if not listeners:
+            raise ValueError("no listening sockets")
+        socks = list(listeners)
+    else:
+        socks = []
         try:
-            server = ExporterServer(
-                family,
-                sockaddr,
-                dual_stack=dual_stack,
-                telemetry_path=telemetry_path,
-                render=render,
-                web_config=web_config,
-                max_connections=max_connections,
-                request_timeout=request_timeout,
-                header_timeout=min(header_timeout, request_timeout),
-                handshake_timeout=min(handshake_timeout, request_timeout),
-            )
-        except OSError as e:
-            # Only "this host has no IPv6" moves on to the IPv4 wildcard; "address in use"
-            # and friends are real errors.
-            if i + 1 < len(candidates) and e.errno in _FALLBACK_ERRNOS:
-                log.debug("IPv6 wildcard unavailable, using IPv4", extra={"kv": {"err": e}})
-                continue
+            for address, host, port in parsed:
+                socks.append(_listen(host, port, address))
+        except BaseException:
+            for sock in socks:
+                sock.close()
             raise
-        cfg = web_config
+    try:
+        server = ExporterServer(
+            socks,
+            telemetry_path=telemetry_path,
+            render=render,
+            render_for=render_for,
+            web_config=web_config,
+            max_connections=max_connections,
+            request_timeout=request_timeout,
+            header_timeout=min(header_timeout, request_timeout),
+            handshake_timeout=min(handshake_timeout, request_timeout),
+        )
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    cfg = web_config
+    for bound in server.server_addresses:
         # Debug only: the caller logs "listening" with its own context at info.
         log.debug(
             "socket bound",
             extra={
                 "kv": {
-                    "address": _format_address(server.server_address),
+                    "address": format_address(bound),
                     "tls": bool(cfg and cfg.tls_enabled),
                     "basic_auth": bool(cfg and cfg.basic_auth_enabled),
                     "client_auth": cfg.client_auth_type if cfg and cfg.tls_enabled else "none",
                 }
             },
         )
-        return server
+    return server
+
+
+def _listen(host: str, port: int, address: str) -> socket.socket:
+    """A listening TCP socket for one parsed address (the IPv6 wildcard falls back to IPv4)."""
+    candidates = _bind_candidates(host, port, address)
+    for i, (family, sockaddr, dual_stack) in enumerate(candidates):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # Restart without waiting for TIME_WAIT to clear, as socketserver's
+            # allow_reuse_address does.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if dual_stack:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(sockaddr)
+            sock.listen(_REQUEST_QUEUE_SIZE)
+        except OSError as e:
+            sock.close()
+            # Only "this host has no IPv6" moves on to the IPv4 wildcard; "address in use"
+            # and friends are real errors.
+            if i + 1 < len(candidates) and e.errno in _FALLBACK_ERRNOS:
+                log.debug("IPv6 wildcard unavailable, using IPv4", extra={"kv": {"err": e}})
+                continue
+            raise
+        except BaseException:
+            sock.close()
+            raise
+        return sock
     raise AssertionError("unreachable: no bind candidates")  # pragma: no cover
 
 
@@ -210,6 +312,23 @@ def _bind_candidates(
     family, _, _, _, sockaddr = infos[0]
     dual = family == socket.AF_INET6 and ipaddress.ip_address(sockaddr[0]).is_unspecified
     return [(family, sockaddr, dual)]
+
+
+def _sock_address(sock: socket.socket) -> tuple[Any, ...]:
+    """(host, port) of a listening socket; (path, 0) for a Unix socket systemd passed."""
+    name = sock.getsockname()
+    if isinstance(name, tuple):
+        return tuple(name[:2])
+    if isinstance(name, bytes):  # an abstract Unix socket
+        name = name.decode("utf-8", "replace")
+    return (name, 0)
+
+
+def format_address(addr: tuple[Any, ...]) -> str:
+    """``host:port``, ``[v6]:port``, or the path of a Unix socket."""
+    if addr[1] == 0 and "/" in str(addr[0]):
+        return str(addr[0])
+    return _format_address(addr)
 
 
 def _format_address(addr: tuple[Any, ...]) -> str:
@@ -424,6 +543,38 @@ def _accepts_gzip(values: list[str] | None) -> bool:
     return False
 
 
+def _wants_openmetrics(values: list[str] | None) -> bool:
+    """Whether the Accept header prefers OpenMetrics to the text format.
+
+    Like prometheus/common's expfmt.Negotiate: the acceptable types in order of their
+    q value (the header's order among equals), and the first one known wins; q=0 means
+    "not acceptable". Prometheus sends ``application/openmetrics-text;version=1.0.0,
+    ...,text/plain;version=0.0.4;q=0.5,*/*;q=0.1``; curl sends ``*/*`` (text).
+    """
+    if not values:
+        return False
+    ranked: list[tuple[float, int, str]] = []
+    for value in values:
+        for item in value.split(","):
+            media, _, params = item.partition(";")
+            q = 1.0
+            for param in params.split(";"):
+                k, _, v = param.partition("=")
+                if k.strip().lower() == "q":
+                    try:
+                        q = float(v)
+                    except ValueError:
+                        q = 0.0
+            if q > 0:
+                ranked.append((-q, len(ranked), media.strip().lower()))
+    for _, _, media in sorted(ranked):
+        if media == "application/openmetrics-text":
+            return True
+        if media in ("text/plain", "*/*", "text/*"):
+            return False
+    return False
+
+
 def _landing_page(telemetry_path: str) -> bytes:
     path = html.escape(telemetry_path, quote=True)
     return (
@@ -635,9 +786,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 headers={"Allow": "GET, HEAD"},
             )
             return
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
         if path == self.server.telemetry_path:
-            self._metrics()
+            self._metrics(url.query)
+        elif path == HEALTHY_PATH:
+            # Alive as long as it answers; what Prometheus' web/web.go answers, by name.
+            self._respond(HTTPStatus.OK, b"cephnode-exporter is Healthy.\n")
+        elif path == READY_PATH:
+            if self.server.ready and not self.server.stopping:
+                self._respond(HTTPStatus.OK, b"cephnode-exporter is Ready.\n")
+            else:
+                self._respond(HTTPStatus.SERVICE_UNAVAILABLE, b"Service Unavailable\n")
         elif path == "/":
             self._respond(
                 HTTPStatus.OK, self.server.landing_page, content_type="text/html; charset=utf-8"
@@ -645,19 +805,47 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._respond(HTTPStatus.NOT_FOUND, b"Not found\n")
 
-    def _metrics(self) -> None:
+    def _metrics(self, query: str) -> None:
+        render_for = self.server.render_for
+        openmetrics = render_for is not None and _wants_openmetrics(self.headers.get_all("Accept"))
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE
+        collectors: tuple[str, ...] | None = None
+        if query:  # the plain scrape has none and skips this
+            names = parse_qs(query, keep_blank_values=True).get("collect[]")
+            if names:
+                # A set, as node_exporter's NewNodeCollector makes of them; sorted so that
+                # the same subset always shares the same collection round (scrape.py).
+                collectors = tuple(sorted(set(names)))
         if self.command == "HEAD":
             # No scrape for HEAD: it is for liveness checks, and scrapes are expensive.
             self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Type", content_type)
             self.end_headers()
             return
         timeout = _parse_scrape_timeout(self.headers.get(SCRAPE_TIMEOUT_HEADER))
         try:
-            body = self.server.render(timeout)
+            if collectors is None and not openmetrics:
+                body = self.server.render(timeout)
+            elif render_for is None:
+                raise FilterError("collect[] is not supported here")
+            else:
+                body = render_for(ScrapeOptions(timeout, collectors, openmetrics))
             if not isinstance(body, bytes | bytearray | memoryview):
                 raise TypeError(f"render() returned {type(body).__name__}, not bytes")
             body = bytes(body)
+        except FilterError as exc:
+            # node_exporter's handler.go: 400 and the reason, logged at warning level.
+            message = f"Couldn't create filtered metrics handler: {exc}"
+            log.warning(
+                "couldn't create filtered metrics handler",
+                extra={"kv": {"client": self.address_string(), "err": str(exc)[:_LOG_MAX]}},
+            )
+            self._respond(
+                HTTPStatus.BAD_REQUEST,
+                message.encode("utf-8", "replace") + b"\n",
+                headers={"X-Content-Type-Options": "nosniff"},
+            )
+            return
         except Exception:
             log.exception("scrape failed", extra={"kv": {"client": self.address_string()}})
             self._respond(
@@ -668,7 +856,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if _accepts_gzip(self.headers.get_all("Accept-Encoding")):
             body = gzip.compress(body, compresslevel=_GZIP_LEVEL, mtime=0)
             headers["Content-Encoding"] = "gzip"
-        self._respond(HTTPStatus.OK, body, content_type=CONTENT_TYPE, headers=headers)
+        if render_for is not None:
+            headers["Vary"] = "Accept, Accept-Encoding"
+        self._respond(HTTPStatus.OK, body, content_type=content_type, headers=headers)
 
     def _respond(
         self,
@@ -733,14 +923,12 @@ class ExporterServer(socketserver.TCPServer):
     """
 
     allow_reuse_address = True  # restart without waiting for TIME_WAIT to clear
-    request_queue_size = 128  # a burst of scrapes and probes should queue, not be refused
+    request_queue_size = _REQUEST_QUEUE_SIZE
 
     def __init__(
         self,
-        family: socket.AddressFamily,
-        sockaddr: tuple[Any, ...],
+        listeners: Sequence[socket.socket],
         *,
-        dual_stack: bool,
         telemetry_path: str,
         render: Render,
         web_config: WebConfig | None,
@@ -748,10 +936,18 @@ class ExporterServer(socketserver.TCPServer):
         request_timeout: float,
         header_timeout: float = HEADER_TIMEOUT,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        render_for: RenderFor | None = None,
     ) -> None:
-        self.address_family = family
+        if not listeners:
+            raise ValueError("no listening sockets")
+        self.listeners = list(listeners)
+        self.address_family = self.listeners[0].family
         self.telemetry_path = telemetry_path
         self.render = render
+        self.render_for = render_for
+        # /-/ready answers 200 only after mark_ready(): the scraper is built and the
+        # accept loop runs (cli.cmd_serve), and no longer once a stop has begun.
+        self.ready = False
         self.web_config = web_config
         self.request_timeout = request_timeout
         self.header_timeout = header_timeout
@@ -778,19 +974,22 @@ class ExporterServer(socketserver.TCPServer):
         self.stopping = False  # drain() started: answer what is in progress, then close
         self._abort_drain = False
         self._last_warning: dict[str, float] = {}
-        super().__init__(sockaddr, _Handler, bind_and_activate=False)  # type: ignore[arg-type]
-        try:
-            if dual_stack:
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            self.server_bind()
-            self.server_activate()
-        except BaseException:
-            self.server_close()
-            raise
+        self._shut_down = threading.Event()
+        self._shut_down.set()
+        self.server_addresses = [_sock_address(sock) for sock in self.listeners]
+        # The sockets are bound and listening already (make_server, or systemd): skip
+        # TCPServer.__init__, which would make and bind a socket of its own.
+        socketserver.BaseServer.__init__(
+            self,
+            self.server_addresses[0],
+            _Handler,  # type: ignore[arg-type]
+        )
+        self.socket = self.listeners[0]
+        self.server_address = self.server_addresses[0]
 
-    def server_bind(self) -> None:
-        super().server_bind()
-        self.server_address = self.socket.getsockname()[:2]
+    def mark_ready(self) -> None:
+        """From now on /-/ready answers 200 (until a stop begins)."""
+        self.ready = True
 
     @property
     def tls_enabled(self) -> bool:
@@ -798,28 +997,65 @@ class ExporterServer(socketserver.TCPServer):
 
     @property
     def active_connections(self) -> int:
-        """Connections being handled right now (including ones answered with 503)."""
+        """Connections being handled right now (including ones answered with 503).
+
+        Not the ones closed to make room for another: their sockets are shut and their
+        threads end as soon as they next run, which under load can be after the request
+        that closed them has been answered.
+        """
         with self._lock:
-            return len(self._conns)
+            return sum(1 for c in self._conns if not c.evicted)
 
     def serve_forever(self, poll_interval: float = 0.2) -> None:
+        """Accept on every listener until shutdown().
+
+        socketserver's own loop waits on one socket; this one waits on all of them, as
+        exporter-toolkit's ``ServeMultiple`` serves each listener (web/tls_config.go),
+        with one accept loop and one connection limit for all.
+        """
         with self._lock:
             if self._stopped:
                 return
             self._serving = True
+            self._shut_down.clear()
         try:
-            super().serve_forever(poll_interval)
+            with _Selector() as selector:
+                for sock in self.listeners:
+                    selector.register(sock, selectors.EVENT_READ)
+                while not self._stopped:
+                    for key, _ in selector.select(poll_interval):
+                        if self._stopped:
+                            break
+                        self._accept(key.fileobj)  # type: ignore[arg-type]
+                    self.service_actions()
         finally:
             with self._lock:
                 self._serving = False
+            self._shut_down.set()
+
+    def _accept(self, listener: socket.socket) -> None:
+        """One connection from ``listener``, as socketserver's _handle_request_noblock."""
+        try:
+            request, client_address = self.get_request(listener)
+        except OSError:
+            return
+        try:
+            self.process_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
+        except BaseException:
+            self.shutdown_request(request)
+            raise
 
     def shutdown(self) -> None:
         """Stop serve_forever() (within poll_interval); safe if it never ran."""
         with self._lock:
             self._stopped = True
+            self.ready = False
             serving = self._serving
         if serving:
-            super().shutdown()
+            self._shut_down.wait()
 
     def drain(self, timeout: float) -> int:
         """Stop taking connections and requests; give those in progress ``timeout`` seconds.
@@ -831,10 +1067,12 @@ class ExporterServer(socketserver.TCPServer):
         ``abort_drain()`` (a second signal) ends the wait early.
         """
         deadline = time.monotonic() + timeout
-        with contextlib.suppress(OSError):
-            self.socket.close()  # pending connections are refused, not left in the backlog
+        for sock in self.listeners:
+            with contextlib.suppress(OSError):
+                sock.close()  # pending connections are refused, not left in the backlog
         with self._lock:
             self.stopping = True
+            self.ready = False
             for conn in self._conns:
                 if conn.idle_since is not None:
                     _shut(conn.sock)
@@ -851,16 +1089,21 @@ class ExporterServer(socketserver.TCPServer):
         self._abort_drain = True
 
     def server_close(self) -> None:
-        """Close the listener and cut open connections so their threads end quickly."""
-        super().server_close()
+        """Close the listeners and cut open connections so their threads end quickly."""
+        for sock in self.listeners:
+            with contextlib.suppress(OSError):
+                sock.close()
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
             _shut(conn.sock)
 
-    def get_request(self) -> tuple[socket.socket, Any]:
+    def get_request(self, listener: socket.socket | None = None) -> tuple[socket.socket, Any]:
         try:
-            return self.socket.accept()
+            sock, client = (listener or self.socket).accept()
+            if not isinstance(client, tuple):  # a Unix socket's peer has no address
+                client = ("local", 0)
+            return sock, client
         except OSError as e:
             if e.errno in _ACCEPT_ERRNOS:
                 # Out of file descriptors or memory: the listener stays readable, so pause
@@ -1079,3 +1322,58 @@ def _shut(sock: socket.socket) -> None:
     """Shut a socket down both ways so the thread blocked on it wakes up; TLS included."""
     with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+# sd_listen_fds(3): systemd passes the sockets of a .socket unit from this fd on.
+SD_LISTEN_FDS_START = 3
+_LISTEN_ENV = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
+
+
+def systemd_listeners(environ: dict[str, str] | None = None) -> list[socket.socket]:
+    """The listening sockets systemd passed (socket activation), as sd_listen_fds(3).
+
+    ``LISTEN_FDS`` sockets from fd 3, when ``LISTEN_PID`` is this process; none without
+    them. The variables are removed (sd_listen_fds' unset_environment, as Go's
+    go-systemd activation.Files(true) that exporter-toolkit uses), so that no child
+    takes the fds for its own, and the fds get FD_CLOEXEC, as sd_listen_fds sets it.
+    Raises ValueError for a malformed count or an fd that is not a listening stream
+    socket (exporter-toolkit would fail later, on the first accept).
+    """
+    env = os.environ if environ is None else environ
+    pid_text, count_text = env.get("LISTEN_PID"), env.get("LISTEN_FDS")
+    for name in _LISTEN_ENV:
+        env.pop(name, None)
+    if not pid_text or not count_text:
+        return []
+    try:
+        pid, count = int(pid_text), int(count_text)
+    except ValueError:
+        raise ValueError(
+            f"LISTEN_PID={pid_text!r} LISTEN_FDS={count_text!r}: not numbers"
+        ) from None
+    if pid != os.getpid():
+        return []  # meant for another process (a parent that did not unset them)
+    if not 0 <= count <= 1024:
+        raise ValueError(f"LISTEN_FDS={count}: out of range")
+    socks: list[socket.socket] = []
+    try:
+        for fd in range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count):
+            os.set_inheritable(fd, False)
+            try:
+                sock = socket.socket(fileno=fd)
+            except OSError as e:
+                raise ValueError(f"fd {fd} from systemd is not a socket: {e.strerror}") from None
+            socks.append(sock)
+            if sock.type != socket.SOCK_STREAM or not sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+            ):
+                raise ValueError(
+                    f"fd {fd} from systemd is not a listening stream socket "
+                    "(ListenStream= in the .socket unit, Accept=no)"
+                )
+            sock.setblocking(True)  # NonBlocking=yes would make accept() raise in a race
+    except BaseException:
+        for sock in socks:
+            sock.detach()  # not ours to close on a refusal: the process exits anyway
+        raise
+    return socks

@@ -131,6 +131,9 @@ LATENCY_WINDOW_S = 300.0
 # Every OSD of the fleet has an NVMe data device.
 MEDIA = "nvme"
 QUANTILE_NAME = "cephnode_osd_op_latency_quantile_seconds"
+# The label of the exporter's quantile gauges that says which quantile (docs/metrics.md:
+# `phi`, as `quantile` belongs to summaries).
+QUANTILE_LABEL = "phi"
 # Summary -> the exporter's mean over its window (gauge, stage label).
 STAGE_MEANS = {
     "cephnode_osd_bluestore_commit_latency_seconds": (
@@ -1469,7 +1472,7 @@ class Generator:
                     w.write(hist_names[2], labels, counts["sum"])
                 if self.want(QUANTILE_NAME):
                     w.write(
-                        QUANTILE_NAME, {**labels, "quantile": "0.99"}, self._p99(counts, starts)
+                        QUANTILE_NAME, {**labels, QUANTILE_LABEL: "0.99"}, self._p99(counts, starts)
                     )
         total_ops = [sum(ops_per_step[op][i] for op in OPS) for i in range(n)]
         start_total = srng.randrange(10**9, 3 * 10**9)
@@ -1737,7 +1740,7 @@ class Generator:
                 w.write(HOST_HIST_NAMES[2], lab, sums)
             if self.want(HOST_HIST_NAMES[3]):
                 for q, values in quantiles.items():
-                    w.write(HOST_HIST_NAMES[3], {**lab, "quantile": repr(q)}, values)
+                    w.write(HOST_HIST_NAMES[3], {**lab, QUANTILE_LABEL: repr(q)}, values)
 
     def _op_counts(
         self,

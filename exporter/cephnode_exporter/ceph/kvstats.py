@@ -137,7 +137,7 @@ class _Object(list[tuple[str, Any]]):
 def _documents(text: str) -> list[_Object]:
     """The top-level objects of ``{...}{...}``."""
     decoder = json.JSONDecoder(object_pairs_hook=_Object)
-    docs = []
+    docs: list[_Object] = []
     pos = 0
     while True:
         while pos < len(text) and text[pos].isspace():

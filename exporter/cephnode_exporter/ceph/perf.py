@@ -3,7 +3,8 @@
 Each function takes the decoded JSON of one reply (``perf histogram dump``, ``perf dump``,
 ``dump_ops_in_flight``, ``config show``, ``version``) and returns typed facts in base units
 (seconds, bytes), or raises :class:`PerfParseError` when the reply does not have the shape
-Ceph 16.2 (Pacific) gives it. Missing optional counters are ``None``, never zero: a
+Ceph gives it (Pacific 16 to Tentacle 20; counter names by release in ceph/counters.py).
+Missing optional counters are ``None``, never zero: a
 memstore OSD has no ``bluestore`` or ``rocksdb`` section, and an absent series is honest
 where a zero would be a lie. No I/O and no Prometheus code here (docs/ceph.md).
 """
@@ -15,6 +16,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from cephnode_exporter.ceph import counters
 
 # ----------------------------------------------------------------------------- histograms
 
@@ -190,71 +193,69 @@ def _time_avg(section: Mapping[str, Any], name: str, what: str) -> TimeAvg | Non
     )
 
 
-# (section, counter) of the time averages exported as summaries (collectors/osd.py).
-TIME_AVGS: tuple[tuple[str, str], ...] = (
-    ("osd", "op_r_latency"),
-    ("osd", "op_w_latency"),
-    ("osd", "op_rw_latency"),
-    ("osd", "op_process_latency"),
-    ("osd", "op_prepare_latency"),
-    ("osd", "op_before_dequeue_op_lat"),
-    ("osd", "subop_w_latency"),
-    ("bluestore", "commit_lat"),
-    ("bluestore", "kv_sync_lat"),
-    ("bluestore", "kv_flush_lat"),
-    ("bluestore", "kv_commit_lat"),
-    ("bluestore", "read_lat"),
-    ("bluestore", "throttle_lat"),
-    ("rocksdb", "get_latency"),
-    ("rocksdb", "submit_latency"),
-    ("rocksdb", "submit_sync_latency"),
+# (section, counter) keys of the time averages and of the plain integers (counters and
+# gauges) the collector exports: the stable keys of ceph/counters.py, whose table says
+# what each is called in the daemon's release.
+TIME_AVGS: tuple[tuple[str, str], ...] = tuple(
+    (c.section, c.key.split(".", 1)[1]) for c in counters.COUNTERS if c.kind == counters.AVG
 )
-# (section, counter) of plain integers: counters and gauges.
-INTEGERS: tuple[tuple[str, str], ...] = (
-    ("osd", "op"),
-    ("osd", "op_r"),
-    ("osd", "op_w"),
-    ("osd", "op_rw"),
-    ("osd", "op_in_bytes"),
-    ("osd", "op_out_bytes"),
-    ("osd", "op_wip"),
-    ("osd", "numpg"),
-    ("rocksdb", "compact"),
-    ("rocksdb", "compact_range"),
-    ("rocksdb", "compact_queue_len"),
+INTEGERS: tuple[tuple[str, str], ...] = tuple(
+    (c.section, c.key.split(".", 1)[1]) for c in counters.COUNTERS if c.kind == counters.INT
 )
 
 
 @dataclass(frozen=True)
 class PerfCounters:
-    """The counters of a ``perf dump`` the collector exports, keyed ``section.counter``.
+    """The counters of a ``perf dump`` the collector exports, keyed by their stable
+    ``section.counter`` key (ceph/counters.py), whatever the release calls them.
 
     A counter the OSD lacks (a memstore OSD has no bluestore or rocksdb section) is
-    absent from the dicts; ``sections`` lists the sections present.
+    absent from the dicts; ``sections`` lists the sections present; ``missing`` the keys
+    the table expects for the OSD's release and object store that its dump lacks.
     """
 
     avgs: dict[str, TimeAvg] = field(default_factory=dict)
     integers: dict[str, int] = field(default_factory=dict)
     sections: frozenset[str] = frozenset()
+    missing: tuple[str, ...] = ()
 
 
-def parse_perf_dump(dump: Any) -> PerfCounters:
-    """Select the exported counters from a ``perf dump`` (the ``osd`` section is required)."""
+def parse_perf_dump(
+    dump: Any, release: int | None = None, objectstore: str | None = None
+) -> PerfCounters:
+    """Select the exported counters from a ``perf dump`` (the ``osd`` section is required).
+
+    ``release`` is the daemon's Ceph major version; each counter is read under the name
+    that release gives it (None, an unknown release: under whichever of its names the
+    dump has, newest first). With ``objectstore`` (``config show``'s osd_objectstore)
+    the counters the table expects for that release and store but the dump lacks are
+    listed in ``missing``; without it nothing is judged.
+    """
     _section(dump, "osd", "perf dump")
     avgs: dict[str, TimeAvg] = {}
     integers: dict[str, int] = {}
-    for section, name in TIME_AVGS:
-        values = dump.get(section)
-        if isinstance(values, dict):
-            avg = _time_avg(values, name, section)
+    missing: list[str] = []
+    for counter in counters.COUNTERS:
+        values = dump.get(counter.section)
+        found = [n for n in counter.candidates(release) if isinstance(values, dict) and n in values]
+        if not found:
+            if objectstore is not None and counter.expected(release, objectstore):
+                missing.append(counter.key)
+            continue
+        assert isinstance(values, dict)
+        name = found[0]
+        where = f"{counter.section}.{name}"
+        if counter.kind == counters.AVG:
+            avg = _time_avg(values, name, counter.section)
             if avg is not None:
-                avgs[f"{section}.{name}"] = avg
-    for section, name in INTEGERS:
-        values = dump.get(section)
-        if isinstance(values, dict) and name in values:
-            integers[f"{section}.{name}"] = _int(values[name], f"{section}.{name}")
+                avgs[counter.key] = avg
+        else:
+            integers[counter.key] = _int(values[name], where)
     return PerfCounters(
-        avgs, integers, frozenset(k for k, v in dump.items() if isinstance(v, dict))
+        avgs,
+        integers,
+        frozenset(k for k, v in dump.items() if isinstance(v, dict)),
+        tuple(missing),
     )
 
 

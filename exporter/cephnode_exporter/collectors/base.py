@@ -50,7 +50,7 @@ class Collector(ABC):
         self.ctx = ctx
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         """Register collector-specific flags (named ``--collector.<name>.<flag>``)."""
         return None  # most collectors have none
 

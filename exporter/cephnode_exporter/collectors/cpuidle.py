@@ -74,7 +74,7 @@ class CPUIdleCollector(Collector):
         self._per_cpu = bool(getattr(ctx.options, "collector_cpuidle_per_cpu", False))
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--collector.cpuidle.per-cpu",
             dest="collector_cpuidle_per_cpu",
@@ -205,8 +205,8 @@ class CPUIdleCollector(Collector):
                     # (the skipped file is counted in cephnode_scrape_collector_read_errors).
                     if None not in values:
                         family.add_metric([name], sum(values) / scale)
-                usages = [(s.usage, s.info.exit_latency_us) for s in states]
-                if all(u is not None for u, _ in usages):
+                usages = [(s.usage, s.info.exit_latency_us) for s in states if s.usage is not None]
+                if len(usages) == len(states):
                     wakeup.add_metric([name], sum(u * lat for u, lat in usages) / US_PER_S)
         yield info
         yield latency

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cephnode_exporter import devices
-from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    ItemLimit,
+    metric_name,
+    register,
+)
+from cephnode_exporter.collectors.nvme import DEFAULT_MAX_DEVICES
 from cephnode_exporter.devices import NvmeController
 from cephnode_exporter.hostfs import ParseError, ReadErrors
 from cephnode_exporter.hostfs.cmdline import read_cmdline
@@ -60,6 +67,8 @@ class IommuFacts:
     params: dict[str, str] | None  # None: /proc/cmdline unreadable
     controllers: list[ControllerIommu] = field(default_factory=list)
     errors: ReadErrors = field(default_factory=ReadErrors)
+    # Controllers left out by --collector.nvme.max-devices.
+    items_dropped: int = 0
 
     @property
     def active(self) -> bool | None:
@@ -76,6 +85,9 @@ class IommuCollector(Collector):
         self._discovery: devices.DeviceDiscovery | None = devices.acquire(ctx.fs)
         self._generation = -1
         self._groups: dict[str, str | None] = {}  # controller syspath -> group
+        # The nvme collector's cap on controllers, so that both export the same ones.
+        limit = int(getattr(ctx.options, "collector_nvme_max_devices", DEFAULT_MAX_DEVICES))
+        self._limit = ItemLimit(self.name, "controllers", "--collector.nvme.max-devices", limit)
 
     def close(self) -> None:
         if self._discovery is not None:
@@ -102,7 +114,8 @@ class IommuCollector(Collector):
         if snap.generation != self._generation:
             self._groups.clear()
             self._generation = snap.generation
-        for ctrl in snap.nvme_controllers:
+        controllers, facts.items_dropped = self._limit.keep(snap.nvme_controllers)
+        for ctrl in controllers:
             c = self._controller(ctrl, units, errors)
             if c is not None:
                 facts.controllers.append(c)

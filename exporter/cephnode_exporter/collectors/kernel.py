@@ -179,8 +179,8 @@ class KernelCollector(Collector):
             if len(ints) == 1:
                 values.add_sample(values.name, {"name": name}, float(ints[0]))
             else:
-                for i, v in enumerate(ints):
-                    values.add_sample(values.name, {"name": name, "index": str(i)}, float(v))
+                for i, number in enumerate(ints):
+                    values.add_sample(values.name, {"name": name, "index": str(i)}, float(number))
         yield values
 
 

@@ -79,7 +79,7 @@ class KprofileCollector(Collector):
         self.sampler.start()
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--collector.kprofile.perf",
             dest="collector_kprofile_perf",

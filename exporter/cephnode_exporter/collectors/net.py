@@ -94,7 +94,7 @@ class NetCollector(Collector):
     help = "NIC NUMA node, driver, bond and RX/TX ring sizes (ethtool ioctl) per physical port"
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--collector.net.exclude",
             dest="collector_net_exclude",

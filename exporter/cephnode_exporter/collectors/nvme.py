@@ -110,7 +110,7 @@ class NvmeCollector(Collector):
         self._namespace_limit = ItemLimit(self.name, "namespaces", flag, limit)
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--collector.nvme.temperature",
             dest="collector_nvme_temperature",

@@ -505,7 +505,12 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
         facts.version = perf.parse_version(replies.version)
     assert facts.config is not None
     facts.histograms = perf.parse_op_histograms(replies.histograms)
-    facts.counters = perf.parse_perf_dump(replies.perf)
+    # Counter names by the OSD's release, and what its release and object store should
+    # have, from the table in ceph/counters.py.
+    release = perf.version_tuple(facts.version) if facts.version else None
+    facts.counters = perf.parse_perf_dump(
+        replies.perf, release[0] if release is not None else None, facts.config.objectstore
+    )
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
     if replies.fetched and cache is not None:
         # Kept only once everything parsed: a bad reply is asked for again next scrape.
@@ -561,6 +566,8 @@ class OSDCollector(Collector):
             int(getattr(opts, "collector_osd_max_sockets", DEFAULT_MAX_SOCKETS)),
         )
         self._dropped_logged: set[tuple[str, str]] = set()
+        # Socket path -> the counters already logged as missing (ceph/counters.py).
+        self._missing_logged: dict[str, frozenset[str]] = {}
         self._latency_window = float(
             getattr(opts, "collector_osd_latency_window", DEFAULT_LATENCY_WINDOW)
         )
@@ -576,7 +583,7 @@ class OSDCollector(Collector):
         self._sparse_logged = False
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--ceph.socket-dir",
             dest="ceph_socket_dir",
@@ -688,6 +695,9 @@ class OSDCollector(Collector):
             if result.error is not None:
                 facts.error = str(result.error)
                 facts.reason = getattr(result.error, "reason", type(result.error).__name__)
+            elif result.value is None:
+                facts.error = f"{s.path}: no reply"
+                facts.reason = "no_reply"
             else:
                 try:
                     parse_replies(facts, result.value)
@@ -964,6 +974,21 @@ class OSDCollector(Collector):
             log.info("OSD answers again", extra=kv(ceph_daemon=facts.ceph_daemon))
 
         self._note_host(facts)
+        self._note_missing(facts)
+
+    def _note_missing(self, facts: OSDFacts) -> None:
+        """Log each counter the OSD's release and object store should have but its perf
+        dump lacks, once per daemon and counter (again only after it came back)."""
+        if facts.counters is None:
+            return
+        path = facts.socket.path
+        missing = frozenset(facts.counters.missing)
+        for key in sorted(missing - self._missing_logged.get(path, frozenset())):
+            log.warning(
+                "OSD lacks a perf counter its release should have; its series are absent",
+                extra=kv(ceph_daemon=facts.ceph_daemon, counter=key, version=facts.version),
+            )
+        self._missing_logged[path] = missing
 
     def _note_host(self, facts: OSDFacts) -> None:
         """Log why an answering OSD lacks process or device series, once per change."""
@@ -989,7 +1014,12 @@ class OSDCollector(Collector):
             key = self._proc_states[path].key
             if key is not None:  # the gone OSD's kept thread status files
                 self._thread_files.close_under(self.ctx.fs.proc(str(key[0])) + os.sep)
-        for cache in (self._last_host, self._proc_states, self._config_caches):
+        for cache in (
+            self._last_host,
+            self._proc_states,
+            self._config_caches,
+            self._missing_logged,
+        ):
             for path in set(cache) - present:
                 del cache[path]
         with self._latency_lock:
@@ -1101,6 +1131,20 @@ def build_metrics(
         "process was not readable (from /proc/<pid>/maps, read once per process).",
         ["version", "objectstore", "allocator"],
     )
+    # One series per node, not per OSD (the per-OSD series budget, docs/metrics.md); the
+    # log names each daemon and counter. None on a node without OSD sockets.
+    missing = GaugeMetricFamily(
+        metric_name("osd", "counters_missing"),
+        "Perf counters that this node's answering OSDs should have for their Ceph release "
+        "and object store (the exporter's table of counter names by release) but whose "
+        "perf dump lacks them, summed over the OSDs: the series read from them are absent. "
+        "The log names each daemon and counter once.",
+        labels=[],
+    )
+    if osds:
+        missing.add_metric(
+            [], float(sum(len(o.counters.missing) for o in osds if o.ok and o.counters))
+        )
     hist = _family(
         HistogramMetricFamily,
         "op_latency_seconds",
@@ -1111,11 +1155,12 @@ def build_metrics(
     quantile = _family(
         GaugeMetricFamily,
         "op_latency_quantile_seconds",
-        f"Client op latency quantile on the OSD over the last {window:g} s "
+        f"Client op latency phi-quantile on the OSD over the last {window:g} s "
         "(--collector.osd.latency-window) of its op latency histogram, interpolated within "
         "its buckets like PromQL's histogram_quantile of rate(); absent below "
-        f"{LATENCY_MIN_RATE:g} op/s in that window and before the OSD's second read.",
-        ["op", "quantile"],
+        f"{LATENCY_MIN_RATE:g} op/s in that window and before the OSD's second read "
+        "(phi, not quantile: a gauge, not a summary).",
+        ["op", "phi"],
     )
     over = f"over the last {window:g} s (--collector.osd.latency-window)"
     floor = f"{MEAN_MIN_RATE:g}"
@@ -1269,11 +1314,11 @@ def build_metrics(
     )
     pooled_quantile = GaugeMetricFamily(
         metric_name("osd", "host_op_latency_quantile_seconds"),
-        f"Client op latency quantile of all OSDs of this node pooled per op type and data "
-        f"disk kind, over the last {window:g} s (--collector.osd.latency-window) of the "
-        "pooled histogram, interpolated like PromQL's histogram_quantile of rate(); absent "
-        f"below {LATENCY_MIN_RATE:g} op/s in that window.",
-        labels=["op", "media", "quantile"],
+        f"Client op latency phi-quantile of all OSDs of this node pooled per op type and "
+        f"data disk kind, over the last {window:g} s (--collector.osd.latency-window) of "
+        "the pooled histogram, interpolated like PromQL's histogram_quantile of rate(); "
+        f"absent below {LATENCY_MIN_RATE:g} op/s in that window.",
+        labels=["op", "media", "phi"],
     )
     for (op, media), pool in sorted((host or {}).items()):
         pooled.add_metric([op, media], [(_le(edge), n) for edge, n in pool.buckets], pool.sum)
@@ -1372,6 +1417,7 @@ def build_metrics(
         success,
         duration,
         info,
+        *([missing] if osds else []),
         hist,
         quantile,
         commit_mean,

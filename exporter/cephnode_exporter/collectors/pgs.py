@@ -90,7 +90,7 @@ class PGsCollector(Collector):
         self.client = MonCommandClient(self.settings)
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+    def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
         parser.add_argument(
             "--collector.pgs.conf",
             dest="collector_pgs_conf",
