@@ -18,7 +18,7 @@ unless every pass criterion holds:
 - ten clients: RSS grew less than that from their first round's end to the last's.
   Their first round raises RSS once: each connection thread allocates in a glibc
   malloc arena of its own (up to 8 per CPU, malloc(3) M_ARENA_MAX), which keeps freed
-  memory; the exporter runs with ``MALLOC_ARENA_MAX=2``, as deploy/cephnode-exporter.service
+  memory; the exporter runs with ``MALLOC_ARENA_MAX=1``, as deploy/cephnode-exporter.service
   sets it, which keeps that rise small;
 - overall: RSS grew less than ``--max-growth-mb`` from scrape 1,000 to the end;
 - RSS under ``--max-rss-mb`` at every sample;
@@ -175,8 +175,8 @@ def main() -> int:
             f"--path.rootfs={tmp / 'root'}", f"--ceph.socket-dir={osds.dir}",
             f"--web.listen-address=127.0.0.1:{port}",
         ]  # fmt: skip
-        # As deploy/cephnode-exporter.service runs it: two malloc arenas.
-        env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
+        # As deploy/cephnode-exporter.service runs it: one malloc arena.
+        env = {**os.environ, "MALLOC_ARENA_MAX": "1"}
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         wait_ready(url, proc)
