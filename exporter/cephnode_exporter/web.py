@@ -524,12 +524,13 @@ def _parse_scrape_timeout(value: str | None) -> float | None:
     return seconds
 
 
-def _accepts_gzip(values: list[str] | None) -> bool:
+def _weighted(values: list[str] | None) -> list[tuple[str, float]]:
+    """The items of Accept-style headers, lower-cased, with their q value (RFC 9110
+    section 12.4.2: 1 when absent; an unreadable q counts as 0, not acceptable)."""
+    out: list[tuple[str, float]] = []
     for value in values or ():
         for item in value.split(","):
             name, _, params = item.partition(";")
-            if name.strip().lower() != "gzip":
-                continue
             q = 1.0
             for param in params.split(";"):
                 k, _, v = param.partition("=")
@@ -538,9 +539,12 @@ def _accepts_gzip(values: list[str] | None) -> bool:
                         q = float(v)
                     except ValueError:
                         q = 0.0
-            if q > 0:
-                return True
-    return False
+            out.append((name.strip().lower(), q))
+    return out
+
+
+def _accepts_gzip(values: list[str] | None) -> bool:
+    return any(name == "gzip" and q > 0 for name, q in _weighted(values))
 
 
 def _wants_openmetrics(values: list[str] | None) -> bool:
@@ -553,20 +557,7 @@ def _wants_openmetrics(values: list[str] | None) -> bool:
     """
     if not values:
         return False
-    ranked: list[tuple[float, int, str]] = []
-    for value in values:
-        for item in value.split(","):
-            media, _, params = item.partition(";")
-            q = 1.0
-            for param in params.split(";"):
-                k, _, v = param.partition("=")
-                if k.strip().lower() == "q":
-                    try:
-                        q = float(v)
-                    except ValueError:
-                        q = 0.0
-            if q > 0:
-                ranked.append((-q, len(ranked), media.strip().lower()))
+    ranked = [(-q, i, media) for i, (media, q) in enumerate(_weighted(values)) if q > 0]
     for _, _, media in sorted(ranked):
         if media == "application/openmetrics-text":
             return True

@@ -2121,30 +2121,15 @@ def expected_alerts(
                 if n == "cephnode_tuning_fact_hash"
             }
             hashes = [snapshots[k].values("cephnode_tuning_fact_hash") for k in (host.kind, kind)]
-            for check in sorted(moved):
-                out.append(
-                    Expect(
-                        "CephNodeTuningChanged",
-                        (("instance", inst(host.name)), ("check", check)),
-                        at,
-                        at + 3,
-                        last + 60,
-                        since=at,
-                    )
-                )
-            for fact in sorted(facts):
-                key = frozenset({"fact": fact}.items())
-                if hashes[0].get(key) != hashes[1].get(key):
-                    out.append(
-                        Expect(
-                            "CephNodeTuningChanged",
-                            (("instance", inst(host.name)), ("fact", fact)),
-                            at,
-                            at + 3,
-                            last + 60,
-                            since=at,
-                        )
-                    )
+            changed = [("check", check) for check in sorted(moved)] + [
+                ("fact", fact)
+                for fact in sorted(facts)
+                if hashes[0].get(frozenset({"fact": fact}.items()))
+                != hashes[1].get(frozenset({"fact": fact}.items()))
+            ]
+            for what in changed:
+                labels = (("instance", inst(host.name)), what)
+                out.append(Expect("CephNodeTuningChanged", labels, at, at + 3, last + 60, since=at))
     if f.rocksdb:
         for osd in fleet.host(f.rocksdb).osds:
             labels = (("instance", inst(f.rocksdb)), ("ceph_daemon", osd.ceph_daemon))
