@@ -632,15 +632,16 @@ CHECK_STATUS = (
 
 # ----------------------------------------------------------------------------- fleet
 
-# The OSD p99 of one op type and device class over the fleet median of the same class.
+# The exporter's p99 of each OSD of one op type, with the mgr's device class joined, and
+# the fleet median of the same class, computed when a panel asks: no rule records them
+# (writing 1,260 p99 series a minute only for dashboards cost the rules about 25 ms per
+# evaluation at 630 OSDs, docs/performance.md).
 P99_OSD = (
-    'ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99{<FLEET>, op="$op",'
-    ' device_class=~"$device_class"}'
+    'cephnode_osd_op_latency_quantile_seconds{<FLEET>, op="$op", phi="0.99"}'
+    " * on (cluster, ceph_daemon) group_left (device_class)"
+    ' ceph_daemon_device_class:ceph_osd_metadata:group{<FLEET>, device_class=~"$device_class"}'
 )
-FLEET_MEDIAN_OF_OSD_P99 = (
-    "cluster_device_class_op:cephnode_osd_op_latency_quantile_seconds:quantile_ceph_daemon_p99"
-    '{<FLEET>, op="$op", device_class=~"$device_class", quantile="0.5"}'
-)
+FLEET_MEDIAN_OF_OSD_P99 = f"quantile by (cluster, device_class, op) (0.5, {P99_OSD})"
 
 
 def fleet() -> dict[str, Any]:
@@ -742,8 +743,9 @@ def fleet() -> dict[str, Any]:
                         "{{instance}} {{media}}",
                     ),
                     target(
-                        "cluster_media_op:cephnode_osd_host_op_latency_quantile_seconds:"
-                        'quantile_instance_p99{<FLEET>, op="$op", quantile="0.5"}',
+                        "quantile by (cluster, media, op) (0.5, "
+                        "instance_media_op:cephnode_osd_host_op_latency_quantile_seconds:p99"
+                        '{<FLEET>, op="$op"})',
                         "fleet median ({{media}})",
                     ),
                 ],
@@ -754,16 +756,17 @@ def fleet() -> dict[str, Any]:
             ),
             bargauge(
                 "Hosts whose typical OSD is slow",
-                "The median of a host's own OSDs' p99 over the fleet median of all OSDs' "
-                "p99 (same device class and op type), top 15. One bad OSD cannot move a "
+                "The median of a host's own OSDs' mean latency over the last 2 minutes, "
+                "over the fleet median of all OSDs' (same device class and op type), top "
+                "15: what CephNodeHostLatencyOutlier reads. One bad OSD cannot move a "
                 "host's median: a ratio well above 1 means the whole host is slow, the "
                 "signature of a detuned node rather than of a failing drive.",
                 [
                     target(
-                        "topk(15, instance_op:cephnode_osd_op_latency_quantile_seconds:"
-                        'quantile_ceph_daemon_p99{<FLEET>, op="$op", '
-                        'device_class=~"$device_class"} / on (cluster, device_class, op) '
-                        f"group_left {FLEET_MEDIAN_OF_OSD_P99})",
+                        "topk(15, max without (quantile) (instance_device_class_op:"
+                        "cephnode_osd_op_latency_seconds:"
+                        "quantile_ceph_daemon_mean_rate2m_over_fleet_median"
+                        '{<FLEET>, op="$op", device_class=~"$device_class"}))',
                         "{{instance}}",
                         instant=True,
                     )
@@ -1601,9 +1604,11 @@ def node() -> dict[str, Any]:
                         "{{ceph_daemon}} p50",
                     ),
                     target(
-                        "cluster_device_class_op:cephnode_osd_op_latency_quantile_seconds:"
-                        'quantile_ceph_daemon_p99{cluster="$cluster", op="$op", '
-                        'quantile="0.5"}',
+                        "quantile by (device_class) (0.5, "
+                        'cephnode_osd_op_latency_quantile_seconds{cluster="$cluster", '
+                        'op="$op", phi="0.99"} * on (cluster, ceph_daemon) group_left '
+                        "(device_class) ceph_daemon_device_class:ceph_osd_metadata:group"
+                        '{cluster="$cluster"})',
                         "fleet median p99 ({{device_class}})",
                     ),
                 ],
