@@ -95,8 +95,14 @@ def _build(release: Release, target: Path, timings: dict[str, float]) -> None:
     policy = target / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")
     policy.chmod(0o755)
-    env = ["env", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"]
     t0 = time.monotonic()
+    _apt_install(target, PACKAGES)
+    timings["install"] = time.monotonic() - t0
+
+
+def _apt_install(target: Path, packages: tuple[str, ...]) -> None:
+    """``apt-get update`` and ``install`` inside the chroot ``target``."""
+    env = ["env", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"]
     # Some package scripts (sid's cryptsetup-bin, ceph-base) fail without /proc; it is
     # mounted for the install only, so the cached tree holds no mount.
     proc = target / "proc"
@@ -104,14 +110,13 @@ def _build(release: Release, target: Path, timings: dict[str, float]) -> None:
     try:
         _run(["chroot", str(target), *env, "apt-get", "update", "-qq"], "apt-get update", 600)
         _run(
-            ["chroot", str(target), *env, "apt-get", "install", "-y", "-qq", *PACKAGES],
-            f"apt-get install {' '.join(PACKAGES)}",
+            ["chroot", str(target), *env, "apt-get", "install", "-y", "-qq", *packages],
+            f"apt-get install {' '.join(packages)}",
             1200,
         )
         _run(["chroot", str(target), "apt-get", "clean"], "apt-get clean", 120)
     finally:
         subprocess.run(["umount", "-l", str(proc)], capture_output=True, check=False)
-    timings["install"] = time.monotonic() - t0
 
 
 def ensure_chroot(release: Release) -> Path:
@@ -140,6 +145,40 @@ def ensure_chroot(release: Release) -> Path:
             "".join(f"{k} {v:.1f}s\n" for k, v in timings.items())
         )
     return root
+
+
+def ensure_packages(release: Release, packages: tuple[str, ...]) -> Path:
+    """The chroot of ``release`` with ``packages`` installed besides the Ceph daemons.
+
+    Why apart from :data:`PACKAGES`: the rule tests need the suite's ``promtool``
+    (Prometheus 2.53 in trixie, 3.x in sid), the Ceph tests do not; installing it into
+    a cached chroot leaves the chroot itself, and any cluster running in it, alone.
+    Raises ChrootError."""
+    root = ensure_chroot(release)
+    ready = root / f".cephnode-extra-{'-'.join(packages)}"
+    if ready.exists():
+        return root
+    with open(CACHE / f".{release.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            try:
+                _apt_install(root, packages)
+            except subprocess.TimeoutExpired as exc:
+                raise ChrootError(f"installing {packages} timed out: {exc}") from exc
+            ready.touch()
+    return root
+
+
+def run_in(root: Path, binary: str) -> list[str]:
+    """The command line that runs the chroot's ``binary`` from the host, with the
+    chroot's own loader and libraries (its glibc may be newer than the host's) and the
+    host's files, so that paths need no copying into the chroot."""
+    return [
+        str(root / "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
+        "--library-path",
+        str(root / "usr/lib/x86_64-linux-gnu"),
+        str(root / binary.lstrip("/")),
+    ]
 
 
 def ceph_version(root: Path) -> str:

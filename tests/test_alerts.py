@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.cephcluster import free_port
-from tests.conftest import REPO, need_tool
+from tests.conftest import REPO, need, need_root, need_tool
 
 ALERTS = REPO / "alerts"
 RULE_FILES = ("cephnode-rules.yml", "cephnode-alerts.yml")
@@ -414,10 +414,47 @@ def test_readme_alert_table_matches_the_rules(rule_docs: list[dict[str, Any]]) -
 # promtool
 
 
-def test_promtool_check_rules(rule_docs: list[dict[str, Any]]) -> None:
-    promtool = need_tool("promtool", "prometheus")
+# The Prometheus releases the rules must hold on: Debian 12's (the host), trixie's 2.53
+# and sid's 3.x, whose range selectors leave out the sample exactly at the range's start
+# (https://prometheus.io/docs/prometheus/latest/migration/, "Range selectors"): a
+# `[30m]` window holds one sample fewer there.
+PROMETHEUS = ("bookworm", "trixie", "sid")
+
+
+def promtool_cmd(suite: str) -> list[str]:
+    """The command line of ``suite``'s promtool: the host's, or a chroot's run with the
+    chroot's own libraries (tests/chroots.py builds the chroot and installs it)."""
+    if suite == "bookworm":
+        return [need_tool("promtool", "prometheus")]
+    from tests.chroots import RELEASES, ChrootError, ensure_packages, run_in
+
+    need_root(f"builds the {suite} chroot that holds its promtool")
+    release = next(r for r in RELEASES.values() if r.suite == suite)
+    try:
+        root = ensure_packages(release, ("prometheus",))
+    except ChrootError as exc:
+        need(False, f"the {suite} chroot with prometheus could not be built: {exc}")
+        raise
+    return run_in(root, "/usr/bin/promtool")
+
+
+@pytest.mark.parametrize(
+    ("suite", "version"), [("bookworm", "2.42."), ("trixie", "2.53."), ("sid", "3.")]
+)
+def test_promtool_of_each_suite_is_the_release_it_stands_for(suite: str, version: str) -> None:
+    """The parametrised tests below run three different Prometheus releases, not one
+    binary three times."""
     out = subprocess.run(
-        [promtool, "check", "rules", *RULE_FILES],
+        [*promtool_cmd(suite), "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert re.match(rf"promtool, version {re.escape(version)}", out.stdout), out.stdout
+
+
+@pytest.mark.parametrize("suite", PROMETHEUS)
+def test_promtool_check_rules(rule_docs: list[dict[str, Any]], suite: str) -> None:
+    out = subprocess.run(
+        [*promtool_cmd(suite), "check", "rules", *RULE_FILES],
         cwd=ALERTS, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -425,11 +462,11 @@ def test_promtool_check_rules(rule_docs: list[dict[str, Any]]) -> None:
     assert found == [sum(len(g["rules"]) for g in d["groups"]) for d in rule_docs]
 
 
+@pytest.mark.parametrize("suite", PROMETHEUS)
 @pytest.mark.parametrize("test_file", [p.name for p in TEST_FILES])
-def test_promtool_test_rules(test_file: str) -> None:
-    promtool = need_tool("promtool", "prometheus")
+def test_promtool_test_rules(test_file: str, suite: str) -> None:
     out = subprocess.run(
-        [promtool, "test", "rules", f"tests/{test_file}"],
+        [*promtool_cmd(suite), "test", "rules", f"tests/{test_file}"],
         cwd=ALERTS, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
