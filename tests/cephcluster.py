@@ -276,7 +276,9 @@ class CephCluster:
             "mon_allow_pool_delete = true\n"
             "mon_warn_on_pool_no_redundancy = false\n"
             "osd_crush_chooseleaf_type = 0\n"
-            # DOMAIN.md section 5: a grace of 8 s makes a stopped replica's PGs laggy fast.
+            # A grace of 8 s makes a stopped replica's PGs laggy fast: the read lease is
+            # osd_pool_default_read_lease_ratio (0.8) x osd_heartbeat_grace
+            # (PrimaryLogPG::check_laggy, ceph/ceph src/osd/PrimaryLogPG.cc).
             "osd_heartbeat_grace = 8\n"
             # Clients (the CLI) find client.admin's key here; the daemons default to
             # $<type>_data/keyring, so this is the client section's alone.
