@@ -24,6 +24,7 @@ import pytest
 from cephnode_exporter.ceph import counters, kvstats, perf
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collectors import osd as osd_collector
+from cephnode_exporter.exposition import encode
 from cephnode_exporter.scrape import Collection
 
 from tests.conftest import Tree, collect, samples, value
@@ -276,6 +277,64 @@ def test_collector_exports_the_newer_signals_where_the_release_has_them(
         o0 = {("ceph_daemon", "osd.0")}
         store = [k for k in samples(c) if "bluestore" in k[0] and o0 <= k[1]]
         assert store == []
+
+
+def per_osd_series(c: Collection, daemon: str) -> set[tuple[str, frozenset[tuple[str, str]]]]:
+    """The OSD's series, without those that follow its state rather than its release
+    (debug levels, flag points) and without the version label."""
+    return {
+        (s.name, frozenset((k, v) for k, v in s.labels.items() if k != "version"))
+        for family in c.families()
+        for s in family.samples
+        if s.labels.get("ceph_daemon") == daemon
+        and "debug_level_info" not in s.name
+        and "by_flag_point" not in s.name
+    }
+
+
+@pytest.mark.parametrize("release", NEWER)
+def test_series_the_newer_releases_add_per_osd(release: str, node_trees: dict[str, Tree]) -> None:
+    """The counts docs/metrics.md gives ("Series per OSD"): against Pacific, a memstore
+    OSD adds the tracked-op total and 4 mClock queues (+5), a BlueStore OSD also the 4
+    BlueStore slow-op counters and the allocator summary's 2 and loses compact_range
+    (+10); the op queue series changes its labels only."""
+    tree = node_trees["epyc9454p-tuned"]
+    old, new = release_collection(tree, "pacific"), release_collection(tree, release)
+    added = {f"cephnode_osd_mclock_queue_length:{c}" for c in counters.MCLOCK_QUEUES}
+    added |= {"cephnode_osd_tracked_slow_ops_total", "cephnode_osd_op_queue_info"}
+    store = {*BLUESTORE_SLOW.values(), *NEW_FAMILIES[-3:-1]}
+    for daemon, more, fewer in (
+        ("osd.0", added, {"cephnode_osd_op_queue_info"}),
+        (
+            "osd.3",
+            added | store,
+            {"cephnode_osd_op_queue_info", "cephnode_osd_rocksdb_compact_range_total"},
+        ),
+    ):
+        before, after = per_osd_series(old, daemon), per_osd_series(new, daemon)
+
+        def names(series: set[tuple[str, frozenset[tuple[str, str]]]]) -> set[str]:
+            return {
+                n + (f":{dict(labels)['scheduler_class']}" if "mclock" in n else "")
+                for n, labels in series
+            }
+
+        assert names(after - before) == more, daemon
+        assert names(before - after) == fewer, daemon
+        assert (
+            len(after) - len(before) == len(more) - len(fewer) == (5 if daemon == "osd.0" else 10)
+        )
+
+
+@pytest.mark.parametrize("release", NEWER)
+def test_the_newer_families_pass_promtool(release: str, node_trees: dict[str, Tree]) -> None:
+    """Names, types and HELP of the new families satisfy Prometheus' own linter."""
+    from tests.test_golden import promtool_check_metrics
+
+    text = encode(release_collection(node_trees["epyc9454p-tuned"], release).families()).decode()
+    for family in ("tracked_slow_ops_total", "mclock_queue_length", "op_queue_info"):
+        assert f"cephnode_osd_{family}{{" in text
+    promtool_check_metrics(text)
 
 
 # ----------------------------------------------------------------------------- kv stats
