@@ -521,3 +521,52 @@ def test_check_verdicts_under_load_are_the_same_on_every_release(
         osd_cluster.ceph(
             "tell", d, "injectargs", " ".join(f"--debug_{s}={v}" for s, v in saved.items())
         )
+
+
+def test_kv_stats_switched_off_at_runtime_is_no_error(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The BlueStore OSD with rocksdb_perf and the compaction table on: one exporter
+    reads its column-family series; rocksdb_perf then goes off while the exporter keeps
+    the config show that said on. The next scrape still asks: Pacific and Reef answer
+    nothing, Tentacle a line of text; on every release the OSD scrapes fine with no
+    RocksDB statistics series and no failure logged, and Tentacle's refusal is logged once
+    with its reason."""
+    import logging
+
+    tree = node_trees["epyc9454p-tuned"]
+    (blue,) = osd_cluster.bluestore_ids
+    d = f"osd.{blue}"
+
+    def option(name: str, val: str) -> None:
+        osd_cluster.ceph("tell", d, "config", "set", name, val)
+
+    def cf_series(c: Collection) -> list[Any]:
+        return [
+            k
+            for k in samples(c)
+            if k[0].startswith("cephnode_osd_rocksdb_cf_") and ("ceph_daemon", d) in k[1]
+        ]
+
+    flags = [*tree.flags, f"--ceph.socket-dir={osd_cluster.socket_dir}", *ONLY_OSD]
+    option("rocksdb_perf", "true")
+    option("rocksdb_collect_compaction_stats", "true")
+    exporter = build_scraper(parse_args(["dump", *flags]))
+    try:
+        on = exporter.collect(10.0)
+        assert value(on, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+        assert cf_series(on), "the compaction table's series while rocksdb_perf is on"
+        option("rocksdb_perf", "false")
+        with caplog.at_level(logging.INFO, logger="cephnode_exporter"):
+            off = [exporter.collect(10.0) for _ in range(2)]
+    finally:
+        exporter.close()
+        option("rocksdb_perf", "false")
+        option("rocksdb_collect_compaction_stats", "false")
+    for c in off:
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+        assert cf_series(c) == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert "OSD admin socket query failed" not in messages
+    declined = [m for m in messages if "declined dump_objectstore_kv_stats" in m]
+    assert len(declined) == (1 if osd_cluster.release == "tentacle" else 0), messages
