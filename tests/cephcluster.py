@@ -29,6 +29,7 @@ shell::
     python tests/cephcluster.py record DIR  # record admin socket payloads (docs/ceph.md)
     CEPHNODE_RELEASE=reef python tests/cephcluster.py record DIR  # ... of a chroot's release
     python tests/cephcluster.py record-kvstats DIR  # dump_objectstore_kv_stats replies
+    python tests/cephcluster.py record-slow DIR  # the slow-op signals (record_slow)
 """
 
 from __future__ import annotations
@@ -275,7 +276,9 @@ class CephCluster:
             "mon_allow_pool_delete = true\n"
             "mon_warn_on_pool_no_redundancy = false\n"
             "osd_crush_chooseleaf_type = 0\n"
-            # DOMAIN.md section 5: a grace of 8 s makes a stopped replica's PGs laggy fast.
+            # A grace of 8 s makes a stopped replica's PGs laggy fast: the read lease is
+            # osd_pool_default_read_lease_ratio (0.8) x osd_heartbeat_grace
+            # (PrimaryLogPG::check_laggy, ceph/ceph src/osd/PrimaryLogPG.cc).
             "osd_heartbeat_grace = 8\n"
             # Clients (the CLI) find client.admin's key here; the daemons default to
             # $<type>_data/keyring, so this is the client section's alone.
@@ -866,8 +869,94 @@ def record_kv_stats(cluster: CephCluster, dest: Path) -> dict[str, Any]:
     return manifest
 
 
+def record_slow(cluster: CephCluster, dest: Path) -> dict[str, Any]:
+    """Record the replies that carry the newer releases' slow-op signals into ``dest``:
+    ``perf dump`` of a memstore and the BlueStore OSD once the slow-op counters moved,
+    and, with a replica stopped under a size-2 pool's write load, ``dump_ops_in_flight``
+    and ``dump_blocked_ops_count`` back to back (the current count two ways). Also the
+    replies the exporter does not read but docs/ceph.md evaluates: ``counter dump``
+    (Reef and later) and each OSD's ``get_command_descriptions`` (the allowlist test).
+
+    The counters move only past their thresholds, so these are lowered first:
+    ``osd_op_history_slow_op_threshold`` (trackedop.slow_ops_count counts completed ops
+    slower than it, 10 s by default), ``bluestore_log_op_age`` (BlueStore's slow_*_count,
+    5 s by default) and ``osd_op_complaint_time`` (the blocked count, 30 s). Not in
+    :func:`record`: that would re-record every payload the other tests' numbers come from.
+    The commands outside the allowlist go through the ``ceph --admin-daemon`` CLI.
+    """
+    from cephnode_exporter.ceph.asok import AdminSocket
+
+    memstore, bluestore = cluster.memstore_ids[0], cluster.bluestore_ids[0]
+    targets = {"memstore": memstore, "bluestore": bluestore}
+    sockets = {kind: AdminSocket(cluster.asok(f"osd.{i}")) for kind, i in targets.items()}
+    dest.mkdir(parents=True, exist_ok=True)
+    files: dict[str, dict[str, Any]] = {}
+
+    def keep(kind: str, prefix: str, payload: bytes) -> None:
+        name = f"{kind}.{prefix.replace(' ', '_')}.json"
+        (dest / name).write_bytes(payload)
+        files[name] = {"osd": f"osd.{targets[kind]}", "command": prefix, "bytes": len(payload)}
+
+    def save(kind: str, prefix: str) -> None:
+        keep(kind, prefix, sockets[kind].raw(prefix))
+
+    def cli(kind: str, prefix: str) -> None:
+        argv = ["ceph", "--admin-daemon", str(cluster.asok(f"osd.{targets[kind]}"))]
+        proc = subprocess.run(
+            [*argv, *prefix.split(), "--format", "json"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if proc.returncode == 0:  # counter dump: not on Pacific
+            keep(kind, prefix, proc.stdout)
+
+    cluster.ceph("config", "set", "osd", "osd_op_complaint_time", "2")
+    cluster.ceph("config", "set", "osd", "osd_op_history_slow_op_threshold", "0.005")
+    cluster.ceph("config", "set", "osd", "bluestore_log_op_age", "0.0005")
+    pool_id = cluster.create_pool("slow", size=2, pg_num=16)
+    pgs = cluster.pgs(pool_id)
+    others = [i for i in cluster.osds if i not in targets.values()]
+
+    def replica_of_both(victim: int) -> bool:
+        return all(
+            any(p["acting_primary"] == t and victim in p["acting"] for p in pgs)
+            for t in targets.values()
+        )
+
+    victim = next((i for i in others if replica_of_both(i)), others[0])
+    bench = cluster.bench_background("slow", 30, mode="write", block=4096, threads=64)
+    time.sleep(3)
+    for kind in targets:
+        save(kind, "perf dump")
+    with cluster.stopped(victim):
+        time.sleep(4)
+        for kind in targets:
+            save(kind, "dump_ops_in_flight")
+            cli(kind, "dump_blocked_ops_count")
+    bench.kill()
+    bench.wait()
+    for kind in targets:
+        cli(kind, "counter dump")
+        cli(kind, "get_command_descriptions")
+        save(kind, "config show")
+        save(kind, "version")
+    version = json.loads((dest / "bluestore.version.json").read_bytes())
+    env = f"CEPHNODE_RELEASE={os.environ.get('CEPHNODE_RELEASE', '?')} " if cluster.chroot else ""
+    manifest = {
+        "ceph_version": version.get("version"),
+        "release": version.get("release"),
+        "recorded_with": f"{env}python tests/cephcluster.py record-slow {_repo_relative(dest)}",
+        "recorded_on": time.strftime("%Y-%m-%d", time.gmtime()),
+        "stalled_replica": f"osd.{victim}",
+        "files": files,
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
 def main(argv: list[str]) -> int:
-    commands = ("up", "record", "record-kvstats")
+    commands = ("up", "record", "record-kvstats", "record-slow")
     if not argv or argv[0] not in commands or (argv[0] != "up" and len(argv) != 2):
         print(__doc__, file=sys.stderr)
         return 2
@@ -885,7 +974,8 @@ def main(argv: list[str]) -> int:
         print(f"conf: {cluster.conf}\nsockets: {cluster.socket_dir}")
         print(f"ceph: {' '.join(cluster.ceph_cmd)}", flush=True)
         if argv[0] != "up":
-            recorder = record if argv[0] == "record" else record_kv_stats
+            recorders = {"record": record, "record-kvstats": record_kv_stats}
+            recorder = recorders.get(argv[0], record_slow)
             manifest = recorder(cluster, Path(argv[1]))
             print(json.dumps(manifest, indent=2))
             return 0

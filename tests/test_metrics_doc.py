@@ -10,6 +10,7 @@ from tests.conftest import REPO, MakeTree, Tree, collect
 from tests.fixtures.sysfsgen import load_node
 from tests.test_kprofile import kprofile_collection
 from tests.test_osd import osd_collection
+from tests.test_osd_releases import release_collection
 from tests.test_pgs import pgs_collection
 
 ROW = re.compile(r"^\| `(cephnode_[a-z0-9_]+)` \| (\w+) \|([^|]*)\|", re.M)
@@ -59,6 +60,8 @@ def every_metric(make_tree: MakeTree) -> list[Collection]:
     collections.append(kprofile_collection(trees[0], trees[0].root))
     # The recorded OSDs (memstore and BlueStore, ops in flight) behind fake admin sockets.
     collections.append(osd_collection(trees[0]))
+    # The newer releases' families (Tentacle's recorded OSDs, slow-op counters moved).
+    collections.append(release_collection(trees[0], "tentacle"))
     # pgs is off by default: its binding replays the recorded laggy listing.
     collections.append(pgs_collection(trees[0]))
     return collections

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cephnode_exporter.ceph import perf
+from cephnode_exporter.ceph import counters, perf
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
 from cephnode_exporter.collectors import osd as osd_collector
@@ -169,9 +169,14 @@ def test_perf_dump_of_memstore_and_bluestore() -> None:
     assert blue.avgs["bluestore.kv_sync_lat"] == perf.TimeAvg(435, 3.061553092)
     assert blue.avgs["rocksdb.submit_sync_latency"].count == 435
     assert blue.integers["rocksdb.compact_queue_len"] == 0
-    every = {f"{s}.{n}" for s, n in perf.TIME_AVGS}
-    assert set(blue.avgs) == every
-    assert set(blue.integers) == {f"{s}.{n}" for s, n in perf.INTEGERS}
+    # Every counter Pacific's BlueStore OSD has (the table's Reef-and-later ones not).
+    pacific = {c.key for c in counters.COUNTERS if c.expected(16, "bluestore")}
+    assert set(blue.avgs) == pacific & {f"{s}.{n}" for s, n in perf.TIME_AVGS}
+    assert set(blue.integers) == pacific & {f"{s}.{n}" for s, n in perf.INTEGERS}
+    assert {"bluestore.allocator_lat", "trackedop.slow_ops_count"} - pacific == {
+        "bluestore.allocator_lat",
+        "trackedop.slow_ops_count",
+    }
 
 
 @pytest.mark.parametrize(
@@ -596,11 +601,11 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
 
 
 def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -> None:
-    """117 series per OSD with every debug level 0 (a tuned OSD), no ops in flight and
+    """118 series per OSD with every debug level 0 (a tuned OSD), no ops in flight and
     at least 1 op/s of each type and of each mean's events (so each has its p99 and its
     means); each non-zero debug subsystem adds one, each busy flag point one.
 
-    The BlueStore OSD's 117: 3 x 20 op latency histogram series (17 finite edges up to
+    The BlueStore OSD's 118: 3 x 20 op latency histogram series (17 finite edges up to
     6.5536 s, +Inf, _sum, _count) and 3 p99 gauges; 10 stage summaries x 2; the means
     over the window of the BlueStore commit, the 3 RocksDB stages and the CPU per op (5;
     the RocksDB stages have no summary, their six series paid for these);
@@ -608,12 +613,13 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     compact_queue_length, ops_in_flight, slow_ops, oldest_op_age, debug_nonzero (7);
     config_value x 6 (the _hdd/_ssd shard and thread options, memory target, complaint
     time; the plain shard/thread options are 0 = unset); scrape success and duration,
-    info (3); the process: cpu user/system, RSS, threads, two context-switch kinds (6),
-    allowed_cpus of the one NUMA node (1), device_info (1). The room for the process came
-    from ops_by_type (3 series equal to the histograms' _count), compact_queue_merge and
-    the two unset options (dropped), and the allocator, a label of info; the p99 gauges'
-    from the histograms' 13.1 s edge. The memstore OSD's 97: no BlueStore summaries (-10)
-    or means (-4), RocksDB counters and queue gauge (-3), device (-1).
+    info, op_queue_info (4); the process: cpu user/system, RSS, threads, two
+    context-switch kinds (6), allowed_cpus of the one NUMA node (1), device_info (1).
+    The room for the process came from ops_by_type (3 series equal to the histograms'
+    _count), compact_queue_merge and the two unset options (dropped), and the allocator,
+    a label of info; the p99 gauges' from the histograms' 13.1 s edge. The memstore
+    OSD's 98: no BlueStore summaries (-10) or means (-4), RocksDB counters and queue
+    gauge (-3), device (-1).
     The pooled per-host histograms (cephnode_osd_host_op_latency_seconds) carry no
     ceph_daemon: they are series per host, per op type and media (20 each), however
     many OSDs the host has, and not in these counts."""
@@ -634,8 +640,8 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     assert len(quantiles) == 3
     means = [k for k in osd_series(c, "osd.3") if "_mean_seconds" in k[0] or "per_op" in k[0]]
     assert len(means) == 5
-    assert len(osd_series(c, "osd.3")) == 117
-    assert len(osd_series(c, "osd.0")) == 97
+    assert len(osd_series(c, "osd.3")) == 118
+    assert len(osd_series(c, "osd.0")) == 98
     results = {r.subject: r.status for r in c.results if r.check == "osd.debug_levels"}
     assert results == {"osd.0": "pass", "osd.3": "pass"}
 
@@ -1715,7 +1721,7 @@ def test_collector_kv_stats_off_empty_and_broken(
 def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeNode) -> None:
     """The budget of test_series_per_osd_stay_under_budget is for Ceph's defaults. With
     both statistics on, the BlueStore OSD gets 6 whole-DB counters and 4 per column
-    family Ceph dumps (the default one): 117 + 10 = 127 (docs/metrics.md)."""
+    family Pacific dumps (the default one): 118 + 10 = 128 (docs/metrics.md)."""
     config = payload("bluestore", "config show")
     for key, val in config.items():
         if key.startswith("debug_") and "/" in val:
@@ -1731,7 +1737,7 @@ def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeN
     fake_node.add(3, recorded_osd("bluestore", replies))
     c = busy_collection([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD],
                         fake_node)  # fmt: skip
-    assert len(osd_series(c, "osd.3")) == 117 + 10
+    assert len(osd_series(c, "osd.3")) == 118 + 10
 
 
 # ----------------------------------------------------------------------------- config cache

@@ -398,3 +398,175 @@ def test_every_counter_of_the_release_is_read_and_none_missing(
             expected = counters.BY_KEY[key].expected(major, store)
             got = value(c, metric, ceph_daemon=d)
             assert (got is not None) == expected, (d, key, metric, got)
+
+
+def test_newer_signals_where_the_release_has_them(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    """Every OSD's op queue (and mClock profile) as its config says; the mClock queue
+    lengths of every class where the release has them (Reef and later under
+    mclock_scheduler); and with the slow-op thresholds lowered, a write load moves the
+    tracked-op total of the OSDs and the BlueStore OSD's slow-commit counter, which
+    Pacific does not have at all (tests/test_osd_releases.py has the recorded replies)."""
+    tree = node_trees["epyc9454p-tuned"]
+    major = int(osd_cluster.version.split(".")[0])
+    before, _ = scrape(osd_cluster, tree)
+    for osd_id in osd_cluster.osds:
+        d = {"ceph_daemon": f"osd.{osd_id}"}
+        sock = AdminSocket(osd_cluster.asok(f"osd.{osd_id}"))
+        queue = sock.command("config get", var="osd_op_queue")["osd_op_queue"]
+        profile = sock.command("config get", var="osd_mclock_profile")["osd_mclock_profile"]
+        mclock = queue == "mclock_scheduler"
+        assert mclock == (major >= 18), (d, queue)  # Ceph's defaults, measured
+        labels = {"op_queue": queue, "mclock_profile": profile if mclock else ""}
+        assert value(before, "cephnode_osd_op_queue_info", **labels, **d) == 1
+        for cls in ("immediate", "client", "background_recovery", "background_best_effort"):
+            got = value(before, "cephnode_osd_mclock_queue_length", scheduler_class=cls, **d)
+            assert (got is not None) == mclock, (d, cls, got)
+    osd_cluster.ceph("config", "set", "osd", "osd_op_history_slow_op_threshold", "0.005")
+    osd_cluster.ceph("config", "set", "osd", "bluestore_log_op_age", "0.0005")
+    try:
+        osd_cluster.create_pool("osdslow", size=1, pg_num=16)
+        osd_cluster.rados_bench("osdslow", 2, mode="write", block=4096, threads=32)
+        after, _ = scrape(osd_cluster, tree)
+    finally:
+        osd_cluster.ceph("config", "rm", "osd", "osd_op_history_slow_op_threshold")
+        osd_cluster.ceph("config", "rm", "osd", "bluestore_log_op_age")
+
+    def grown(metric: str, osd_id: int) -> float | None:
+        new = value(after, metric, ceph_daemon=f"osd.{osd_id}")
+        old = value(before, metric, ceph_daemon=f"osd.{osd_id}")
+        return None if new is None or old is None else new - old
+
+    tracked = {i: grown("cephnode_osd_tracked_slow_ops_total", i) for i in osd_cluster.osds}
+    (blue,) = osd_cluster.bluestore_ids
+    commits = grown("cephnode_osd_bluestore_slow_committed_kv_total", blue)
+    if major < 18:
+        assert set(tracked.values()) == {None} and commits is None
+        return
+    assert all(g is not None and g >= 0 for g in tracked.values()), tracked
+    assert sum(g or 0 for g in tracked.values()) > 0, tracked
+    assert commits is not None and commits > 0
+
+
+# The OSD checks' verdicts under load at Ceph's defaults, the same on every release:
+# debug levels at their defaults (mostly 1/5) fail, the RocksDB build check passes the
+# BlueStore OSD (each release's packages carry the fix) and skips memstore ones, the NUMA
+# check skips every OSD (no block device).
+VERDICTS = {
+    ("osd.debug_levels", "memstore"): "fail",
+    ("osd.debug_levels", "bluestore"): "fail",
+    ("osd.rocksdb_build", "memstore"): "skip",
+    ("osd.rocksdb_build", "bluestore"): "pass",
+    ("osd.numa", "memstore"): "skip",
+    ("osd.numa", "bluestore"): "skip",
+}
+
+
+def debug_list() -> list[str]:
+    """The subsystems the default profile's osd.debug_levels judges."""
+    from cephnode_exporter.checks import load_all
+    from cephnode_exporter.profile import load_profile
+
+    subs = load_profile(None, load_all()).checks["osd.debug_levels"].params["subsystems"]
+    return [str(s).removeprefix("debug_") for s in subs]
+
+
+def verdicts(c: Collection) -> dict[tuple[str, str], Any]:
+    return {(r.check, r.subject): r for r in c.results if r.check.startswith("osd.")}
+
+
+def test_check_verdicts_under_load_are_the_same_on_every_release(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree]
+) -> None:
+    """Under a write load, every OSD check gives the verdict of VERDICTS (the table is
+    the same for every release, so Reef and Tentacle judge as Pacific does), the PG count
+    check follows the OSD's PG count; and injecting debug levels into one OSD flips its
+    debug-level verdict: pass with the listed subsystems at 0/0, fail with debug_osd 20,
+    named in the observation."""
+    tree = node_trees["epyc9454p-tuned"]
+    osd_cluster.create_pool("osdcheck", size=1, pg_num=16)
+    bench = osd_cluster.bench_background("osdcheck", 30, mode="write", block=4096)
+    osd_id = osd_cluster.memstore_ids[0]
+    d = f"osd.{osd_id}"
+    sock = AdminSocket(osd_cluster.asok(d))
+    config = sock.command("config show")
+    listed = debug_list()
+    saved = {sub: config[f"debug_{sub}"] for sub in listed}
+    try:
+        time.sleep(1.0)
+        c, _ = scrape(osd_cluster, tree, *HOST)
+        results = verdicts(c)
+        for i in osd_cluster.osds:
+            kind = "bluestore" if i in osd_cluster.bluestore_ids else "memstore"
+            for (check, k), status in VERDICTS.items():
+                if k == kind:
+                    assert results[(check, f"osd.{i}")].status == status, (check, i)
+            n = value(c, "cephnode_osd_pgs", ceph_daemon=f"osd.{i}") or 0
+            pg = results[("osd.pg_count", f"osd.{i}")]
+            assert pg.status == ("pass" if 50 <= n <= 200 else "warn"), (i, n, pg)
+        quiet = " ".join(f"--debug_{sub}=0/0" for sub in listed)
+        osd_cluster.ceph("tell", d, "injectargs", quiet)
+        c, _ = scrape(osd_cluster, tree, *HOST)
+        assert verdicts(c)[("osd.debug_levels", d)].status == "pass"
+        osd_cluster.ceph("tell", d, "config", "set", "debug_osd", "20")
+        c, _ = scrape(osd_cluster, tree, *HOST)
+        flipped = verdicts(c)[("osd.debug_levels", d)]
+        assert flipped.status == "fail" and flipped.observed.startswith("debug_osd=20/20")
+        info = {"subsystem": "osd", "log_level": "20", "gather_level": "20"}
+        assert value(c, "cephnode_osd_debug_level_info", ceph_daemon=d, **info) == 1
+    finally:
+        bench.kill()
+        bench.wait()
+        osd_cluster.ceph(
+            "tell", d, "injectargs", " ".join(f"--debug_{s}={v}" for s, v in saved.items())
+        )
+
+
+def test_kv_stats_switched_off_at_runtime_is_no_error(
+    osd_cluster: CephCluster, node_trees: dict[str, Tree], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The BlueStore OSD with rocksdb_perf and the compaction table on: one exporter
+    reads its column-family series; rocksdb_perf then goes off while the exporter keeps
+    the config show that said on. The next scrape still asks: Pacific and Reef answer
+    nothing, Tentacle a line of text; on every release the OSD scrapes fine with no
+    RocksDB statistics series and no failure logged, and Tentacle's refusal is logged once
+    with its reason."""
+    import logging
+
+    tree = node_trees["epyc9454p-tuned"]
+    (blue,) = osd_cluster.bluestore_ids
+    d = f"osd.{blue}"
+
+    def option(name: str, val: str) -> None:
+        osd_cluster.ceph("tell", d, "config", "set", name, val)
+
+    def cf_series(c: Collection) -> list[Any]:
+        return [
+            k
+            for k in samples(c)
+            if k[0].startswith("cephnode_osd_rocksdb_cf_") and ("ceph_daemon", d) in k[1]
+        ]
+
+    flags = [*tree.flags, f"--ceph.socket-dir={osd_cluster.socket_dir}", *ONLY_OSD]
+    option("rocksdb_perf", "true")
+    option("rocksdb_collect_compaction_stats", "true")
+    exporter = build_scraper(parse_args(["dump", *flags]))
+    try:
+        on = exporter.collect(10.0)
+        assert value(on, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+        assert cf_series(on), "the compaction table's series while rocksdb_perf is on"
+        option("rocksdb_perf", "false")
+        with caplog.at_level(logging.INFO, logger="cephnode_exporter"):
+            off = [exporter.collect(10.0) for _ in range(2)]
+    finally:
+        exporter.close()
+        option("rocksdb_perf", "false")
+        option("rocksdb_collect_compaction_stats", "false")
+    for c in off:
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon=d) == 1
+        assert cf_series(c) == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert "OSD admin socket query failed" not in messages
+    declined = [m for m in messages if "declined dump_objectstore_kv_stats" in m]
+    assert len(declined) == (1 if osd_cluster.release == "tentacle" else 0), messages

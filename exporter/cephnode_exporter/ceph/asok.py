@@ -86,8 +86,10 @@ class Allowed:
 
 
 # Read-only commands. Each exists on a Pacific 16.2.15 OSD with exactly these arguments
-# (compared with its `get_command_descriptions` in tests/test_cephcluster.py) and is still
-# registered in later sources (docs/ceph.md); none changes state. Anything else is
+# (compared with its `get_command_descriptions` in tests/test_cephcluster.py), and on
+# Reef 18.2.7 and Tentacle 20.2.4 OSDs (their recorded command tables,
+# tests/test_allowlist.py, which also holds the review of each as read-only); none
+# changes state. Anything else is
 # refused, notably an `output-file` argument, which newer releases honour for every
 # command (admin_socket.cc, execute_command) and which makes the daemon write a file.
 # `perf reset`, `config set/unset`, `injectargs`, `compact`, `bench`, `cache drop`,

@@ -130,8 +130,52 @@ COUNTERS: tuple[Counter, ...] = (
     _same("rocksdb.compact", INT, BLUESTORE),
     Counter("rocksdb.compact_range", INT, BLUESTORE, ((16, "compact_range"), (18, None))),
     _same("rocksdb.compact_queue_len", INT, BLUESTORE),
+    # Signals Pacific 16.2.15 lacks and Reef 18.2.7 and Tentacle 20.2.4 have (their perf
+    # schema, tests/fixtures/ceph/releases/*/bluestore.perf_schema.json); Quincy is not
+    # run here and is assumed to have Pacific's set. The key is the first name measured.
+    # src/common/TrackedOp.h OpHistory: "slow_ops_count", a running total of completed
+    # ops slower than osd_op_history_slow_op_threshold (10 s), not a current count.
+    Counter("trackedop.slow_ops_count", INT, None, ((16, None), (18, "slow_ops_count"))),
+    # src/os/bluestore/BlueStore.cc: l_bluestore_allocator_lat, the allocator's time per
+    # allocation, and the slow-op counters BlueStore::log_latency bumps when a stage
+    # took longer than bluestore_log_op_age (5 s).
+    Counter("bluestore.allocator_lat", AVG, BLUESTORE, ((16, None), (18, "allocator_lat"))),
+    *(
+        Counter(f"bluestore.{name}", INT, BLUESTORE, ((16, None), (18, name)))
+        for name in (
+            "slow_aio_wait_count",
+            "slow_committed_kv_count",
+            "slow_read_onode_meta_count",
+            "slow_read_wait_aio_count",
+        )
+    ),
 )
 BY_KEY: Mapping[str, Counter] = {c.key: c for c in COUNTERS}
+
+
+# The mClock scheduler's queue lengths (src/osd/scheduler/mClockScheduler.cc, the
+# "mclock-shard-queue-<shard>" logger of each op shard): Reef and later, and only while
+# the OSD runs osd_op_queue = mclock_scheduler, so one section per shard rather than a
+# row of the table. The counters are declared as counters but move both ways (inc when
+# an op enters the class's queue, dec when it leaves): gauges. all_type is their sum.
+# Scheduler class (op_scheduler_class, src/osd/scheduler/OpSchedulerItem.h) -> counter.
+MCLOCK_SECTION_PREFIX = "mclock-shard-queue-"
+MCLOCK_SCHEDULER = "mclock_scheduler"
+MCLOCK_SINCE = 18
+MCLOCK_QUEUES: Mapping[str, str] = {
+    "immediate": "mclock_immediate_queue_len",
+    "client": "mclock_client_queue_len",
+    "background_recovery": "mclock_recovery_queue_len",
+    "background_best_effort": "mclock_best_effort_queue_len",
+}
+# The key the missing-counter report uses when an mClock OSD of Reef or later has no
+# shard queue section at all.
+MCLOCK_KEY = "mclock-shard-queue.mclock_all_type_queue_len"
+
+
+def mclock_expected(major: int | None, op_queue: str) -> bool:
+    """Whether an OSD of release ``major`` running ``op_queue`` has mClock queue sections."""
+    return major is not None and major >= MCLOCK_SINCE and op_queue == MCLOCK_SCHEDULER
 
 
 def release_name(major: int | None) -> str:

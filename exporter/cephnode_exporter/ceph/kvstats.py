@@ -6,10 +6,12 @@ on 16.2.15, docs/ceph.md "RocksDB compaction statistics"): nothing at all unless
 (``{...}{...}``, not one document) with duplicate keys, each value one line of RocksDB text:
 
 - ``rocksdb_collect_compaction_stats``: ``{"rocksdb_compaction_statistics": "", "": line,
-  ...}``, the lines of ``GetProperty("rocksdb.stats")``. That property describes the
-  *default column family only* (RocksDB's InternalStats of the default handle): on an OSD
-  created sharded (Pacific's ``bluestore_rocksdb_cfs``, the default since 16.2) the
-  onodes, omap and deferred writes live in other column families and are missing. The
+  ...}``, the lines of ``GetProperty("rocksdb.stats")``. On Pacific and Reef that
+  property describes the *default column family only* (RocksDB's InternalStats of the
+  default handle): on an OSD created sharded (Pacific's ``bluestore_rocksdb_cfs``, the
+  default since 16.2) the onodes, omap and deferred writes live in other column families
+  and are missing. Tentacle (20.2.4, recorded) prints one block per column family, every
+  one of them (12 on the test OSD). The
   per-level table's ``Sum`` row holds the totals; the byte columns are printed with one
   decimal of GiB (``%8.1f``), the ``Cumulative compaction`` line of the same block with
   two (used when present), ``Comp(sec)`` with two decimals. RocksDB counts each memtable
@@ -20,6 +22,11 @@ on 16.2.15, docs/ceph.md "RocksDB compaction statistics"): nothing at all unless
   ``<ticker> COUNT : <n>`` and ``<histogram> P50 : .. P95 : .. P99 : .. P100 : .. COUNT :
   <n> SUM : <n>``. These cover the whole DB, every column family, exactly (bytes and
   microseconds), and keep flushes apart from compactions.
+
+With ``rocksdb_perf`` off, Pacific and Reef answer nothing; Tentacle answers one line of
+text instead of JSON, ``error: RocksDB perf is disabled, can't probe for stats.``
+(recorded: tests/fixtures/ceph/releases/tentacle/kvstats/off.json): that is
+:class:`KVStatsDeclined`, the OSD saying it keeps no statistics, not a garbled reply.
 
 Columns are found by their header names, not positions: the set differs across RocksDB
 versions (``Size(MB)`` and ``Stall(cnt)`` in old ones, ``CompMergeCPU(sec)`` in newer ones,
@@ -71,6 +78,16 @@ _READ, _WRITE, _SECONDS, _COUNT = "Read(GB)", "Write(GB)", "Comp(sec)", "Comp(cn
 
 class KVStatsParseError(PerfParseError):
     """The reply is not the RocksDB statistics text Ceph dumps."""
+
+
+class KVStatsDeclined(Exception):
+    """The OSD answered with a line of text saying it keeps no RocksDB statistics (Tentacle
+    with ``rocksdb_perf`` off). Not a parse error: the OSD is fine, the options changed
+    since the exporter read them (the message is the OSD's own, without ``error:``)."""
+
+
+# Tentacle's refusal: "error: <reason>" on one line (the recorded reply ends in a newline).
+_DECLINED = re.compile(r"^error: ([^\n{}]{1,200})$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -177,7 +194,9 @@ def _sections(pairs: _Object, out: dict[str, list[str]]) -> None:
 
 def parse_kv_stats(payload: bytes | str | None) -> KVStats | None:
     """Compaction totals of a ``dump_objectstore_kv_stats`` reply; None when the reply is
-    empty or has neither section (the OSD offers none)."""
+    empty or has neither section (the OSD offers none). Raises :class:`KVStatsDeclined`
+    for Tentacle's one-line refusal, :class:`KVStatsParseError` for anything else that is
+    not what RocksDB prints."""
     if payload is None:
         return None
     if isinstance(payload, bytes):
@@ -185,6 +204,9 @@ def parse_kv_stats(payload: bytes | str | None) -> KVStats | None:
             payload = payload.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise KVStatsParseError(f"reply is not UTF-8 (byte {exc.start})") from None
+    declined = _DECLINED.match(payload.strip())
+    if declined:
+        raise KVStatsDeclined(declined[1].strip())
     sections: dict[str, list[str]] = {}
     for doc in _documents(payload):
         _sections(doc, sections)

@@ -212,16 +212,23 @@ class PerfCounters:
     A counter the OSD lacks (a memstore OSD has no bluestore or rocksdb section) is
     absent from the dicts; ``sections`` lists the sections present; ``missing`` the keys
     the table expects for the OSD's release and object store that its dump lacks.
+    ``mclock`` holds the mClock scheduler's queue lengths by scheduler class, summed over
+    the op shards (counters.MCLOCK_QUEUES); empty when the OSD has no shard queue section
+    (Pacific, or another op queue).
     """
 
     avgs: dict[str, TimeAvg] = field(default_factory=dict)
     integers: dict[str, int] = field(default_factory=dict)
     sections: frozenset[str] = frozenset()
     missing: tuple[str, ...] = ()
+    mclock: dict[str, int] = field(default_factory=dict)
 
 
 def parse_perf_dump(
-    dump: Any, release: int | None = None, objectstore: str | None = None
+    dump: Any,
+    release: int | None = None,
+    objectstore: str | None = None,
+    op_queue: str | None = None,
 ) -> PerfCounters:
     """Select the exported counters from a ``perf dump`` (the ``osd`` section is required).
 
@@ -229,7 +236,9 @@ def parse_perf_dump(
     that release gives it (None, an unknown release: under whichever of its names the
     dump has, newest first). With ``objectstore`` (``config show``'s osd_objectstore)
     the counters the table expects for that release and store but the dump lacks are
-    listed in ``missing``; without it nothing is judged.
+    listed in ``missing``; without it nothing is judged. With ``op_queue`` (config show's
+    osd_op_queue) an mClock OSD of Reef or later without any shard queue section is
+    reported missing under counters.MCLOCK_KEY.
     """
     _section(dump, "osd", "perf dump")
     avgs: dict[str, TimeAvg] = {}
@@ -251,12 +260,32 @@ def parse_perf_dump(
                 avgs[counter.key] = avg
         else:
             integers[counter.key] = _int(values[name], where)
+    mclock = _mclock_queues(dump)
+    if not mclock and op_queue is not None and counters.mclock_expected(release, op_queue):
+        missing.append(counters.MCLOCK_KEY)
     return PerfCounters(
         avgs,
         integers,
         frozenset(k for k, v in dump.items() if isinstance(v, dict)),
         tuple(missing),
+        mclock,
     )
+
+
+def _mclock_queues(dump: Mapping[str, Any]) -> dict[str, int]:
+    """Each scheduler class's queue length summed over the ``mclock-shard-queue-<n>``
+    sections (one per op shard): the OSD's ops waiting in that class, whichever shard
+    holds them. A section that lacks a class's counter adds nothing to it."""
+    out: dict[str, int] = {}
+    for name, section in dump.items():
+        if not name.startswith(counters.MCLOCK_SECTION_PREFIX) or not isinstance(section, dict):
+            continue
+        if not name[len(counters.MCLOCK_SECTION_PREFIX) :].isdigit():
+            continue
+        for cls, counter in counters.MCLOCK_QUEUES.items():
+            if counter in section:
+                out[cls] = out.get(cls, 0) + _int(section[counter], f"{name}.{counter}")
+    return out
 
 
 # ----------------------------------------------------------------------------- ops in flight
@@ -372,6 +401,12 @@ class OSDConfig:
     objectstore: str
     complaint_time: float
     osd_data: str = ""  # the data directory (osd_data), "" when config show lacks it
+    # The op scheduler (osd_op_queue: "wpq", "mclock_scheduler") and, under mClock only,
+    # its profile (osd_mclock_profile: "balanced", "high_client_ops", "custom", ...);
+    # "" when config show lacks them or (the profile) the scheduler is not mClock, where
+    # the option is set but means nothing.
+    op_queue: str = ""
+    mclock_profile: str = ""
 
 
 def parse_debug_level(text: str) -> DebugLevel | None:
@@ -406,12 +441,19 @@ def parse_config(config: Any) -> OSDConfig:
             options[name] = number
     objectstore = config.get("osd_objectstore")
     osd_data = config.get("osd_data")
+    op_queue = config.get("osd_op_queue")
+    op_queue = op_queue if isinstance(op_queue, str) else ""
+    profile = config.get("osd_mclock_profile")
+    if not isinstance(profile, str) or op_queue != counters.MCLOCK_SCHEDULER:
+        profile = ""
     return OSDConfig(
         debug=debug,
         options=options,
         objectstore=objectstore if isinstance(objectstore, str) else "",
         complaint_time=options.get("osd_op_complaint_time", DEFAULT_COMPLAINT_TIME),
         osd_data=osd_data if isinstance(osd_data, str) else "",
+        op_queue=op_queue,
+        mclock_profile=profile,
     )
 
 

@@ -17,7 +17,8 @@ Pacific 16.2.15 (tests/fixtures/ceph/pgs/):
   ``state & mask`` is non-zero), so each listed PG carries ``laggy`` or ``wait`` (or both)
   among the ``+``-joined words of its ``state``. ``laggy``: the primary's read lease ran
   out because a replica did not renew it; ``wait``: after re-peering, the PG waits for the
-  previous interval's leases to expire. Both block client I/O (DOMAIN.md section 3).
+  previous interval's leases to expire. Both block client I/O (PrimaryLogPG::check_laggy,
+  ceph/ceph src/osd/PrimaryLogPG.cc; the lease wait in src/osd/PeeringState.cc).
 - Each entry is a full ``pg_stat_t`` dump (2,249 bytes of JSON per PG on Pacific 16.2.15,
   measured on the recorded listing; more with snapshots or scrub history), of which
   only ``pgid``, ``state``, ``acting`` and ``acting_primary`` are used. ``acting`` is the

@@ -62,6 +62,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
+from cephnode_exporter.ceph import counters as ceph_counters
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale, QueryPool
 from cephnode_exporter.ceph.discovery import (
@@ -187,6 +188,13 @@ SUMMARIES: tuple[tuple[str, str, str], ...] = (
         "bluestore_throttle_latency_seconds",
         "Time transactions waited on BlueStore's submission throttle (throttle_lat).",
     ),
+    (
+        "bluestore.allocator_lat",
+        "bluestore_allocator_latency_seconds",
+        "Time BlueStore's allocator took per allocation (allocator_lat; Reef and later): "
+        "a fragmented or contended allocator shows here before it shows in the commit "
+        "latency.",
+    ),
     # The RocksDB stages (rocksdb.get_latency, submit_latency, submit_sync_latency) are
     # exported as their means over the window only (ROCKSDB_STAGE_AVGS): six series per
     # OSD fewer, which pay for the mean gauges (docs/metrics.md, "Series per OSD").
@@ -206,6 +214,37 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
         "rocksdb.compact_range",
         "rocksdb_compact_range",
         "RocksDB range compactions Ceph requested (compact_range).",
+    ),
+    (
+        "trackedop.slow_ops_count",
+        "tracked_slow_ops",
+        "Ops the OSD completed that took longer than osd_op_history_slow_op_threshold "
+        "(10 s by default), since it started (trackedop.slow_ops_count; Reef and later). "
+        "A running total: the ops slow now are cephnode_osd_slow_ops.",
+    ),
+    (
+        "bluestore.slow_aio_wait_count",
+        "bluestore_slow_aio_wait",
+        "BlueStore transactions whose wait for their data writes (aio) took longer than "
+        "bluestore_log_op_age (5 s by default) (slow_aio_wait_count; Reef and later).",
+    ),
+    (
+        "bluestore.slow_committed_kv_count",
+        "bluestore_slow_committed_kv",
+        "BlueStore transactions whose RocksDB commit took longer than bluestore_log_op_age "
+        "(slow_committed_kv_count; Reef and later).",
+    ),
+    (
+        "bluestore.slow_read_onode_meta_count",
+        "bluestore_slow_read_onode_meta",
+        "BlueStore reads whose object metadata (onode) lookup took longer than "
+        "bluestore_log_op_age (slow_read_onode_meta_count; Reef and later).",
+    ),
+    (
+        "bluestore.slow_read_wait_aio_count",
+        "bluestore_slow_read_wait_aio",
+        "BlueStore reads whose wait for the device read (aio) took longer than "
+        "bluestore_log_op_age (slow_read_wait_aio_count; Reef and later).",
     ),
 )
 # (perf dump section.counter, metric name suffix, help)
@@ -261,13 +300,15 @@ KV_DB_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "written) / rate(this)." + _DB_ONLY,
     ),
 )
-# The same from one column family's rocksdb.stats table (Sum row), which Ceph dumps for
-# the default column family only.
+# The same from one column family's rocksdb.stats table (Sum row), which Pacific and
+# Reef dump for the default column family only and Tentacle for every column family
+# (ceph/kvstats.py, measured on 16.2.15, 18.2.7 and 20.2.4).
 _CF_ONLY = (
     " From the column family's rocksdb.stats table (rocksdb_perf and "
-    "rocksdb_collect_compaction_stats): Ceph dumps the default column family only, which "
-    "on an OSD created sharded (Pacific and later) holds a small part of the data; "
-    "flushes count as compactions into L0; kept since the OSD started."
+    "rocksdb_collect_compaction_stats): Pacific and Reef dump the default column family "
+    "only, which on an OSD created sharded (Pacific and later) holds a small part of the "
+    "data, Tentacle every column family; flushes count as compactions into L0; kept "
+    "since the OSD started."
 )
 KV_CF_COUNTERS: tuple[tuple[str, str, str], ...] = (
     (
@@ -313,6 +354,9 @@ class OSDFacts:
     config: perf.OSDConfig | None = None
     version: str | None = None
     kv: kvstats.KVStats | None = None  # None: the OSD keeps no RocksDB statistics
+    # The OSD's own words when it declined dump_objectstore_kv_stats (Tentacle with
+    # rocksdb_perf off since config show was read); logged once per change.
+    kv_note: str | None = None
     # Host facts; None with the reason in *_note (a fact: no pid visible, no block
     # device) or *_error (a read error, counted).
     pid: int | None = None
@@ -509,13 +553,24 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     # have, from the table in ceph/counters.py.
     release = perf.version_tuple(facts.version) if facts.version else None
     facts.counters = perf.parse_perf_dump(
-        replies.perf, release[0] if release is not None else None, facts.config.objectstore
+        replies.perf,
+        release[0] if release is not None else None,
+        facts.config.objectstore,
+        facts.config.op_queue,
     )
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
     if replies.fetched and cache is not None:
         # Kept only once everything parsed: a bad reply is asked for again next scrape.
         cache.config, cache.version = facts.config, facts.version
-    facts.kv = kvstats.parse_kv_stats(replies.kv_stats)
+    try:
+        facts.kv = kvstats.parse_kv_stats(replies.kv_stats)
+    except kvstats.KVStatsDeclined as exc:
+        # The cached config show said the statistics were on, the OSD says they are off:
+        # no series (as Pacific's and Reef's empty reply), and the command is not sent
+        # again until config show is read anew and says they are on.
+        facts.kv, facts.kv_note = None, str(exc)
+        if cache is not None:
+            cache.kv_wanted = False
     facts.pid = replies.pid
     facts.process = replies.process
     facts.process_note = replies.process_note
@@ -568,6 +623,8 @@ class OSDCollector(Collector):
         self._dropped_logged: set[tuple[str, str]] = set()
         # Socket path -> the counters already logged as missing (ceph/counters.py).
         self._missing_logged: dict[str, frozenset[str]] = {}
+        # Socket path -> the OSD's last refusal of dump_objectstore_kv_stats (None: none).
+        self._kv_notes: dict[str, str | None] = {}
         self._latency_window = float(
             getattr(opts, "collector_osd_latency_window", DEFAULT_LATENCY_WINDOW)
         )
@@ -975,6 +1032,21 @@ class OSDCollector(Collector):
 
         self._note_host(facts)
         self._note_missing(facts)
+        self._note_kv(facts)
+
+    def _note_kv(self, facts: OSDFacts) -> None:
+        """Log once per change that an OSD declined its RocksDB statistics."""
+        if not facts.ok:
+            return
+        path = facts.socket.path
+        previous = self._kv_notes.get(path)
+        self._kv_notes[path] = facts.kv_note
+        if facts.kv_note is not None and facts.kv_note != previous:
+            log.info(
+                "OSD declined dump_objectstore_kv_stats; its RocksDB statistics series are "
+                "absent until config show says they are on",
+                extra=kv(ceph_daemon=facts.ceph_daemon, reason=facts.kv_note),
+            )
 
     def _note_missing(self, facts: OSDFacts) -> None:
         """Log each counter the OSD's release and object store should have but its perf
@@ -1019,6 +1091,7 @@ class OSDCollector(Collector):
             self._proc_states,
             self._config_caches,
             self._missing_logged,
+            self._kv_notes,
         ):
             for path in set(cache) - present:
                 del cache[path]
@@ -1207,6 +1280,23 @@ def build_metrics(
         (key, _family(CounterMetricFamily, suffix, doc, [])) for key, suffix, doc in COUNTERS
     ]
     gauges = [(key, _family(GaugeMetricFamily, suffix, doc, [])) for key, suffix, doc in GAUGES]
+    mclock_queue = _family(
+        GaugeMetricFamily,
+        "mclock_queue_length",
+        "Ops waiting in the OSD's mClock scheduler per scheduler class (immediate, client, "
+        "background_recovery, background_best_effort), summed over its op shards (perf "
+        "dump mclock-shard-queue-<n>; Reef and later, only under osd_op_queue = "
+        "mclock_scheduler).",
+        ["scheduler_class"],
+    )
+    op_queue = _family(
+        GaugeMetricFamily,
+        "op_queue_info",
+        "The OSD's op scheduler (osd_op_queue: wpq, mclock_scheduler) and, under mClock, "
+        "its profile (osd_mclock_profile: balanced, high_client_ops, high_recovery_ops, "
+        "custom; empty under another scheduler), from config show.",
+        ["op_queue", "mclock_profile"],
+    )
     in_flight = _family(
         GaugeMetricFamily, "ops_in_flight", "Ops in flight (dump_ops_in_flight num_ops).", []
     )
@@ -1365,6 +1455,12 @@ def build_metrics(
             n = o.counters.integers.get(key)
             if n is not None:
                 family.add_metric([d], float(n))
+        for cls in ceph_counters.MCLOCK_QUEUES:
+            n = o.counters.mclock.get(cls)
+            if n is not None:
+                mclock_queue.add_metric([d, cls], float(n))
+        if o.config.op_queue:
+            op_queue.add_metric([d, o.config.op_queue, o.config.mclock_profile], 1.0)
         in_flight.add_metric([d], float(o.ops.num_ops))
         slow.add_metric([d], float(o.ops.slow))
         oldest.add_metric([d], o.ops.oldest_age)
@@ -1427,6 +1523,8 @@ def build_metrics(
         *(f for _, f in summaries),
         *(f for _, f in counters),
         *(f for _, f in gauges),
+        mclock_queue,
+        op_queue,
         in_flight,
         slow,
         oldest,
