@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.iommu import IommuFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.iommu import IommuFacts
 
 EXPECTED = "DMA not translated (group type identity, or no IOMMU)"
 

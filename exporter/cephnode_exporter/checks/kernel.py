@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check, check_family
-from cephnode_exporter.collectors.kernel import SYSCTL_FAMILY, KernelFacts
+from cephnode_exporter.checks.base import Finding, check, check_family
+from cephnode_exporter.facts.kernel import KernelFacts
 from cephnode_exporter.hostfs.kernel import VulnState
 from cephnode_exporter.hostfs.sysctl import sysctl_path_parts, sysctl_target
 
@@ -15,6 +15,9 @@ COMPARISONS = {
     "at_most": (lambda observed, want: observed <= want, "at most"),
     "equal": (lambda observed, want: observed == want, "equal to"),
 }
+# The check family whose profile entries name the sysctls; the kernel collector reads
+# exactly those (Profile.reads).
+SYSCTL_FAMILY = "sysctl"
 SYSCTL_D_FILE = "/etc/sysctl.d/90-ceph-tuning.conf"
 
 

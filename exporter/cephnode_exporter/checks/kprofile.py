@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.kprofile import KprofileFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import SampleClass
 
 HINT = (

@@ -26,8 +26,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.net import NetFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.net import NetFacts
 from cephnode_exporter.hostfs.net import RINGS_ERROR, RINGS_NOT_READ, RINGS_UNSUPPORTED, Interface
 
 # Ceph addresses named in one observed text at most; the rest are counted.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.nvme import ControllerFacts, NvmeFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.nvme import ControllerFacts, NvmeFacts
 from cephnode_exporter.hostfs.pci import LinkState, format_speed
 
 # A udev rule applies the scheduler to every NVMe namespace when it appears (boot,
