@@ -918,18 +918,6 @@ def test_speed_einval_means_unknown(make_tree: MakeTree, monkeypatch: pytest.Mon
         hostnet._Reader(dev, errors).attr(dev.syspath + "/speed", parse_speed)
 
 
-def test_only_network_discovery_errors_are_counted() -> None:
-    from cephnode_exporter.collectors.net import _is_net_error
-
-    assert _is_net_error("/sys/class/net/eth0: Too many levels of symbolic links")
-    assert _is_net_error("/sys/class/net: Permission denied")
-    assert _is_net_error("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0: [Errno 5] x")
-    assert _is_net_error("udev enumeration of net: [Errno 13] Permission denied")
-    assert not _is_net_error("/sys/class/nvme/nvme0: Permission denied")
-    assert not _is_net_error("udev enumeration of nvme: [Errno 13] Permission denied")
-    assert not _is_net_error("/sys/class/block: Permission denied")
-
-
 # --- Ceph ports: which ports the default selection judges ------------------------------
 
 # A storage node as the issue describes it: a 1 GbE management port (the board's LOM,

@@ -43,6 +43,7 @@ from cephnode_exporter.collectors.base import (
     natural_key,
     register,
 )
+from cephnode_exporter.devices import DeviceClass
 from cephnode_exporter.facts.net import NetFacts
 from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
 from cephnode_exporter.hostfs.inet import read_ceph_addresses
@@ -121,7 +122,9 @@ class NetCollector(Collector):
         snap = self._discovery.devices()
         facts = NetFacts(ring_source=self._rings.source)
         # Discovery errors of network class entries only; NVMe ones belong to nvme.
-        facts.errors.items.extend(e for e in snap.errors if _is_net_error(e))
+        facts.errors.items.extend(
+            e.message for e in snap.errors if e.device_class is DeviceClass.NET
+        )
         wanted = []
         for dev in snap.net_interfaces:
             if self._exclude.fullmatch(dev.name):
@@ -179,9 +182,3 @@ class NetCollector(Collector):
         yield numa
         yield entries
         yield maximum
-
-
-def _is_net_error(error: str) -> bool:
-    """Discovery errors name the class link or device path (``.../class/net/eth0: ...``,
-    ``/sys/class/net: Permission denied``) or the udev subsystem."""
-    return "/net/" in error or "/class/net:" in error or "enumeration of net:" in error

@@ -18,7 +18,6 @@ by name, so that a fault showing thousands of devices cannot flood Prometheus.
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -33,7 +32,7 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
-from cephnode_exporter.devices import NvmeController
+from cephnode_exporter.devices import DeviceClass, NvmeController
 from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.nvme import (
@@ -52,7 +51,7 @@ KIB = 1024
 # (E3.S chassis: up to 40), each with one namespace; about 14 series each.
 DEFAULT_MAX_DEVICES = 256
 # Discovery errors that concern this collector: NVMe and block class entries.
-_MY_DISCOVERY_ERRORS = re.compile(r"/(class/nvme|class/block|block)(/|:)")
+_MY_CLASSES = frozenset({DeviceClass.NVME, DeviceClass.BLOCK})
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ class NvmeCollector(Collector):
             raise RuntimeError("collector closed")
         snap = self._discovery.devices()
         facts = NvmeFacts(generation=snap.generation)
-        facts.errors.items.extend(e for e in snap.errors if _MY_DISCOVERY_ERRORS.search(e))
+        facts.errors.items.extend(e.message for e in snap.errors if e.device_class in _MY_CLASSES)
         if snap.generation != self._generation:
             self._static.clear()  # the device set changed: re-read what was cached
             self._generation = snap.generation

@@ -32,7 +32,9 @@ from cephnode_exporter.devices.model import (
     CONTROLLER_RE,
     NAMESPACE_RE,
     PATH_RE,
+    DeviceClass,
     DeviceSource,
+    DiscoveryError,
     Enumeration,
     RawEntry,
     RawScan,
@@ -94,7 +96,9 @@ class UdevDevices(DeviceSource):
         try:
             devices = list(self._context.list_devices(**matches))
         except (OSError, pyudev.DeviceNotFoundError) as exc:
-            scan.errors.append(f"udev enumeration of {subsystem}: {exc}")
+            scan.errors.append(
+                DiscoveryError(DeviceClass(subsystem), f"udev enumeration of {subsystem}: {exc}")
+            )
             return
         for device in devices:
             try:
@@ -115,7 +119,8 @@ class UdevDevices(DeviceSource):
             except pyudev.DeviceNotFoundError:
                 continue  # removed while we looked at it
             except OSError as exc:
-                scan.errors.append(f"{getattr(device, 'sys_path', subsystem)}: {exc}")
+                where = getattr(device, "sys_path", subsystem)
+                scan.errors.append(DiscoveryError(DeviceClass(subsystem), f"{where}: {exc}"))
 
 
 class UdevEvents:
