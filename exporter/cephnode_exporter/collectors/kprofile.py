@@ -32,7 +32,7 @@ from cephnode_exporter.collectors.base import (
 )
 from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import CLASSES, SampleClass
-from cephnode_exporter.kprofile.runner import COUNTED, PerfConfig
+from cephnode_exporter.kprofile.perf import COUNTED, PerfConfig
 from cephnode_exporter.kprofile.sampler import Sampler
 
 # A window older than this many intervals means later windows keep failing: its results

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cephnode_exporter.kprofile.runner import Window
+from cephnode_exporter.kprofile.perf import Window
 
 
 @dataclass(frozen=True)

@@ -35,27 +35,29 @@ import time
 from collections.abc import Sequence
 from enum import Enum, auto
 
-from cephnode_exporter.kprofile.runner import (
+from cephnode_exporter.kprofile.decoder import Decoder
+from cephnode_exporter.kprofile.perf import (
     CHUNK,
-    POLL_SECONDS,
-    STDERR_GRACE_SECONDS,
-    STDERR_KEEP,
-    Decoder,
     Observer,
     Outcome,
     PerfConfig,
     Report,
     SpawnHook,
     diagnose,
+    perf_env,
+    preflight,
+    record_command,
+    script_command,
+)
+from cephnode_exporter.kprofile.procs import (
+    POLL_SECONDS,
+    STDERR_GRACE_SECONDS,
+    STDERR_KEEP,
     exited_unreaped,
     kill_and_reap,
     over_memory,
     overran,
-    perf_env,
-    preflight,
     reap_leftovers,
-    record_command,
-    script_command,
 )
 
 # Ring buffer pages per CPU (-m, a power of two): 64 KiB. At 49 Hz and a few hundred
