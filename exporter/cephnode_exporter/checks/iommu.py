@@ -9,7 +9,7 @@ from cephnode_exporter.facts.iommu import IommuFacts
 
 EXPECTED = "DMA not translated (group type identity, or no IOMMU)"
 
-# What the reference cluster measured (shared/DOMAIN.md section 1), for the hint.
+# What the reference cluster measured, for the hint.
 EVIDENCE = (
     "Translated NVMe DMA cost the reference cluster 77 % of CPU samples in "
     "native_queued_spin_lock_slowpath under alloc_iova."

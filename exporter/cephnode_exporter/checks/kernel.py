@@ -124,7 +124,7 @@ def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
 def mitigations(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     """Report the CPU vulnerability mitigation state; by default it never deviates.
 
-    Mitigations cost syscall and context-switch time (seed 004 booted with them off), but
+    Mitigations cost syscall and context-switch time (benchmark runs boot with them off), but
     turning them off is a security decision the exporter cannot make: the profile opts in
     with ``warn_when_mitigated`` (performance view) or ``warn_when_vulnerable`` (security).
     """

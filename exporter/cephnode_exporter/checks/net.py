@@ -1,6 +1,5 @@
-"""Checks ``net.mtu`` and ``net.rings``: jumbo frames and full NIC rings (seed 004's
-network list, DOMAIN.md section 2: "MTU 9000; NIC rings raised (ethtool -G eth0 rx 8192
-tx 8192)").
+"""Checks ``net.mtu`` and ``net.rings``: jumbo frames and full NIC rings (MTU 9000, and
+RX/TX rings raised to the NIC's maximum as ``ethtool -G <dev> rx N tx N`` sets them).
 
 Which interfaces: with the profile's ``interfaces`` empty (the default), the physical
 ports that carry Ceph traffic: those under an interface holding an address Ceph's

@@ -28,8 +28,8 @@ def _validate(params: dict[str, Any]) -> None:
 @check(DEBUG_LEVELS, "osd", validate=_validate, subsystems=list[str], max_level=int)
 def debug_levels(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
     """Debug logging costs CPU on the I/O path even when nothing reaches the log file:
-    every message up to the gather level is formatted into the in-memory ring. The SUSE
-    IO500 run set every debug_* level to 0 (seed 004); Ceph's defaults are mostly 1/5."""
+    every message up to the gather level is formatted into the in-memory ring. Benchmark
+    runs set every debug_* level to 0; Ceph's defaults are mostly 1/5."""
     subsystems = [s.removeprefix("debug_") for s in params["subsystems"]]
     limit = params["max_level"]
     expected = f"debug level (log/gather) <= {limit}/{limit} for {', '.join(subsystems)}"
@@ -83,7 +83,7 @@ def pg_count(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
     """PGs per OSD (perf dump ``numpg``: primary and replica). Too few spread the data and
     the work unevenly over the OSDs and their shard threads; too many cost memory and
     peering time per OSD. Ceph aims at mon_target_pg_per_osd = 100 and refuses to create
-    PGs beyond mon_max_pg_per_osd = 250; seed 004 recommends 50-100."""
+    PGs beyond mon_max_pg_per_osd = 250 (src/common/options/global.yaml.in)."""
     lo, hi = params["min_pgs"], params["max_pgs"]
     expected = f"{lo}-{hi} PGs per OSD (primary and replica)"
     if not facts.osds:

@@ -2,10 +2,10 @@
 
 With the IOMMU in a translating mode (default domain ``DMA`` or ``DMA-FQ``), every NVMe
 I/O maps its pages through ``iommu_dma_map_sg`` and allocates an IOVA; on the reference
-cluster that allocation's spin lock took 77 % of CPU samples (shared/DOMAIN.md
-section 1). node_exporter says nothing about the IOMMU. This collector reports whether
-an IOMMU is active, the IOMMU boot parameters, and for every NVMe controller its IOMMU
-group, the group's default-domain type and whether that means translated DMA.
+cluster that allocation's spin lock (drivers/iommu/iova.c) took 77 % of CPU samples.
+node_exporter says nothing about the IOMMU. This collector reports whether an IOMMU is
+active, the IOMMU boot parameters, and for every NVMe controller its IOMMU group, the
+group's default-domain type and whether that means translated DMA.
 
 Controllers come from the shared device discovery; a group cannot change while its
 device is bound to a driver (the ``type`` file is writable only while it is unbound,

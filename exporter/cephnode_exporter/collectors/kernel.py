@@ -3,7 +3,7 @@
 The node-wide kernel settings between an OSD and its network: the performance-relevant
 kernel command line, how many CPU vulnerabilities are mitigated (each mitigation costs
 some syscall or context-switch time), the tuned profile, and the sysctls the tuning
-profile names (seed 004's network list by default). The sysctl list comes from the
+profile names (the network buffers and backlogs by default). The sysctl list comes from the
 profile (``sysctl.<name>`` checks) so the values exported are exactly those judged.
 """
 
@@ -30,7 +30,7 @@ from cephnode_exporter.hostfs.sysctl import read_sysctl
 # threads run and are woken. Left out because another collector exports them:
 # idle=, processor.max_cstate=, intel_idle.max_cstate=, cpuidle.off= (cpuidle's
 # cephnode_cpu_idle_kernel_params_info) and iommu=, iommu.passthrough=, iommu.strict=,
-# amd_iommu=, intel_iommu= (the iommu collector, issue 3). Per-bug switches
+# amd_iommu=, intel_iommu= (the iommu collector). Per-bug switches
 # (spectre_v2=, pti=, ...) are left out: the vulnerability files show their effect.
 CMDLINE_PARAMS = (
     "mitigations",  # off | auto | auto,nosmt: all CPU vulnerability mitigations at once

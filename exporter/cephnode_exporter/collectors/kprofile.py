@@ -1,7 +1,7 @@
 """Collector ``kprofile``: where the CPUs spend their time, from sampled kernel stacks.
 
 The reference cluster lost most of its CPU time to one spin lock in the IOMMU's IOVA
-allocator (77 % of samples spinning, 61 % under ``alloc_iova``; DOMAIN.md section 1),
+allocator (77 % of samples spinning, 61 % under ``alloc_iova``, drivers/iommu/iova.c),
 and no counter showed it. This collector samples every CPU's kernel stack with ``perf``
 for a few seconds a minute (49 Hz for 5 s every 60 s by default) in a background thread,
 classifies every sample (idle, user, kernel, spinlock, spinlock_iommu, iommu; see

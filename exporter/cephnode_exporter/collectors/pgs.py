@@ -2,11 +2,12 @@
 
 A PG goes ``laggy`` when its primary's read lease runs out because a replica did not
 renew it, and ``wait`` when, after re-peering, it must wait for the old leases to expire;
-both block client I/O (DOMAIN.md section 3). The mgr counts them only per pool
-(``ceph_pg_laggy{pool_id}``), which does not say which host to look at. This collector
-lists just those PGs (``pg ls laggy wait``: 17 bytes when the cluster is healthy, about
-3.7 MB for the reference incident's 1,651 laggy PGs) and exports, per OSD, how many of them
-it is the acting primary of and how many it is another member of the acting set in:
+both block client I/O (ceph/ceph doc/rados/operations/pg-states.rst). The mgr counts them
+only per pool (``ceph_pg_laggy{pool_id}``), which does not say which host to look at. This
+collector lists just those PGs (``pg ls laggy wait``: 17 bytes when the cluster is
+healthy, about 3.7 MB for the reference incident's 1,651 laggy PGs) and exports, per OSD,
+how many of them it is the acting primary of and how many it is another member of the
+acting set in:
 ``cephnode_osd_laggy_pgs{ceph_daemon,role,state}``. The stalled OSD shows as the replica
 common to the laggy PGs; its primaries show as primary.
 
