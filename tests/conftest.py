@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.scrape import Collection
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
 
 from tests.fixtures.sysfsgen import build_tree, load_node
 
@@ -114,6 +116,28 @@ def collect(flags: list[str], command: str = "dump") -> Collection:
         return scraper.collect(10.0)
     finally:
         scraper.close()
+
+
+class _Families:
+    """Families in the shape generate_latest takes a registry (``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def collector_exposition(collection: Collection, collector: str, *, clean: bool = True) -> str:
+    """One collector's families that have samples, in prometheus_client's text format: what
+    the golden files hold. The collector must have succeeded and, with ``clean``, read no
+    bad file."""
+    (outcome,) = [o for o in collection.outcomes if o.name == collector]
+    assert outcome.success, outcome.error
+    if clean:
+        assert outcome.read_errors == 0
+    families = [f for f in outcome.families if f.samples]
+    return generate_latest(_Families(families)).decode()  # type: ignore[arg-type]
 
 
 def samples(collection: Collection) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
