@@ -171,10 +171,10 @@ def compare_golden(request: pytest.FixtureRequest, path: Path, actual: str) -> N
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(actual)
         return
-    assert path.exists(), f"{path} missing: run `make golden` and review the diff"
+    assert path.exists(), f"{path} missing: run `make generate` and review the diff"
     expected = path.read_text()
     assert actual == expected, (
-        f"{path.name} differs from the golden file (`make golden` rewrites it)"
+        f"{path.name} differs from the golden file (`make generate` rewrites it)"
     )
 
 

@@ -1,7 +1,7 @@
 """Collectors against the reference node fixtures.
 
 Two kinds of assertion: the exact exposition of each collector on each node (golden
-files under tests/golden/, rewritten by `make golden` and reviewed as a diff), and values
+files under tests/golden/, rewritten by `make generate` and reviewed as a diff), and values
 recomputed here straight from the fixture files, so a golden file cannot bless a wrong sum.
 """
 
