@@ -261,7 +261,8 @@ def openmetrics(families: list[Metric]) -> bytes:
     Only for clients that ask for it: the text format keeps our faster encoder
     (exposition.py), which Prometheus gets unless it negotiates OpenMetrics.
     """
-    return openmetrics_latest(_Families(families))  # type: ignore[arg-type]
+    text: bytes = openmetrics_latest(_Families(families))  # type: ignore[no-untyped-call]
+    return text
 
 
 def collector_filter(names: Sequence[str], scraper: Scraper) -> frozenset[str]:
@@ -283,7 +284,7 @@ def collector_filter(names: Sequence[str], scraper: Scraper) -> frozenset[str]:
 
 
 def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
-    budget = args.scrape_timeout
+    budget = float(args.scrape_timeout)
     if header_timeout is not None and header_timeout > 0:
         budget = min(budget, max(0.1, header_timeout - SCRAPE_TIMEOUT_OFFSET))
     return budget

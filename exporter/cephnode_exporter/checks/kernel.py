@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from cephnode_exporter.checks.base import Finding, check, check_family
@@ -10,7 +11,7 @@ from cephnode_exporter.hostfs.kernel import VulnState
 from cephnode_exporter.hostfs.sysctl import sysctl_path_parts, sysctl_target
 
 # How a sysctl is compared with the profile's value; vectors element by element.
-COMPARISONS = {
+COMPARISONS: dict[str, tuple[Callable[[int, int], bool], str]] = {
     "at_least": (lambda observed, want: observed >= want, "at least"),
     "at_most": (lambda observed, want: observed <= want, "at most"),
     "equal": (lambda observed, want: observed == want, "equal to"),

@@ -25,9 +25,6 @@ import stat
 from collections.abc import Callable
 
 from cephnode_exporter.devices.model import (
-    CONTROLLER_RE,
-    NAMESPACE_RE,
-    PATH_RE,
     DeviceClass,
     DeviceSource,
     DiscoveryError,
@@ -38,6 +35,7 @@ from cephnode_exporter.devices.model import (
     nearest_pci,
 )
 from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
 
 
 class SysfsDevices(DeviceSource):

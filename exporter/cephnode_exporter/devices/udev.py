@@ -29,9 +29,6 @@ from collections.abc import Callable
 import pyudev
 
 from cephnode_exporter.devices.model import (
-    CONTROLLER_RE,
-    NAMESPACE_RE,
-    PATH_RE,
     DeviceClass,
     DeviceSource,
     DiscoveryError,
@@ -40,6 +37,7 @@ from cephnode_exporter.devices.model import (
     RawScan,
     assemble,
 )
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
 
 UDEV_CONTROL = "/run/udev/control"
 
@@ -140,7 +138,7 @@ class UdevEvents:
     def fileno(self) -> int:
         if self._monitor is None:
             raise ValueError("event stream closed")
-        return self._monitor.fileno()
+        return int(self._monitor.fileno())
 
     def receive(self) -> int:
         """Drain queued events without blocking; return how many matched the filters.

@@ -192,7 +192,7 @@ class EthtoolRingReader:
     source = "ioctl"
 
     def __init__(self, ioctl: IoctlFunc | None = None) -> None:
-        self._ioctl: IoctlFunc = ioctl if ioctl is not None else fcntl.ioctl  # type: ignore[assignment]
+        self._ioctl: IoctlFunc = ioctl if ioctl is not None else fcntl.ioctl
         self._sock: socket.socket | None = None
 
     def _socket(self) -> socket.socket:

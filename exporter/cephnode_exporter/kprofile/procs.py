@@ -36,7 +36,7 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def over_memory(named: Sequence[tuple[str, subprocess.Popen]], limit: int) -> str | None:
+def over_memory(named: Sequence[tuple[str, subprocess.Popen[bytes]]], limit: int) -> str | None:
     for name, p in named:
         rss = rss_bytes(p.pid)
         if rss > limit:
@@ -44,7 +44,7 @@ def over_memory(named: Sequence[tuple[str, subprocess.Popen]], limit: int) -> st
     return None
 
 
-def kill_groups(procs: Sequence[subprocess.Popen]) -> None:
+def kill_groups(procs: Sequence[subprocess.Popen[bytes]]) -> None:
     """SIGKILL the process group of every process not yet reaped.
 
     Signalling a group is safe only while its leader is unreaped: until then its PID
@@ -58,7 +58,7 @@ def kill_groups(procs: Sequence[subprocess.Popen]) -> None:
 
 # Processes that survived SIGKILL plus KILL_WAIT_SECONDS (stuck in the kernel): reaped
 # at the start of a later window so none stays a zombie.
-_unreaped: list[subprocess.Popen] = []
+_unreaped: list[subprocess.Popen[bytes]] = []
 _unreaped_lock = threading.Lock()
 
 
@@ -69,7 +69,7 @@ def reap_leftovers() -> int:
         return len(_unreaped)
 
 
-def kill_and_reap(procs: Sequence[subprocess.Popen]) -> None:
+def kill_and_reap(procs: Sequence[subprocess.Popen[bytes]]) -> None:
     kill_groups(procs)
     for p in procs:
         try:
@@ -84,7 +84,7 @@ def kill_and_reap(procs: Sequence[subprocess.Popen]) -> None:
 
 
 def exited_unreaped(
-    procs: Sequence[subprocess.Popen], deadline: float, stop: threading.Event
+    procs: Sequence[subprocess.Popen[bytes]], deadline: float, stop: threading.Event
 ) -> bool:
     """Wait until every process has exited, without reaping them (WNOWAIT)."""
     waiting = list(procs)

@@ -76,7 +76,7 @@ class Recorder:
 
     def __init__(self, config: PerfConfig) -> None:
         self.config = config
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.preamble = b""
         self.stderr = bytearray()  # its last STDERR_TAIL bytes
         self._ctl = self._ack = self._err = self._data = -1
@@ -288,7 +288,7 @@ class _Window:
         self.perf = perf
         self.deadline = deadline
         self.decoder = Decoder(config, observe)
-        self.script: subprocess.Popen | None = None
+        self.script: subprocess.Popen[bytes] | None = None
         self.script_err = bytearray()
         self.pending = bytearray()
         self.phase = _Phase.ENABLE

@@ -53,7 +53,7 @@ class _OneShot:
     stop: threading.Event
     observe: Observer | None
     on_spawn: SpawnHook | None
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     stderr: bytearray = field(default_factory=bytearray)
     err_fd: int = -1
 

@@ -85,7 +85,8 @@ class _DeadlineReader(io.RawIOBase):
             raise TimeoutError("request deadline exceeded")
         sock = self._handler.connection
         sock.settimeout(remaining)
-        return sock.recv_into(buffer)
+        received: int = sock.recv_into(buffer)
+        return received
 
 
 class _SocketWriter(io.BufferedIOBase):
