@@ -55,14 +55,27 @@ format: venv
 	$(PY) -m ruff format exporter tests dashboards
 	$(PY) -m ruff check --fix exporter tests dashboards
 
-# Rewrite the golden exposition files after an intended change; review the diff.
-golden: venv deps
-	$(PY) -m pytest tests/test_golden.py --update-golden
+# Rewrite every generated file after an intended change, then review the diff: the golden
+# files under tests/golden/ (the tests that compare with them, under --update-golden) and
+# the Grafana dashboards (dashboards/*.json, from dashboards/generate.py). The same tests
+# fail in `make test` while a file is stale; tests/test_generated.py fails when a test
+# that compares with a golden file is missing here, or a golden file is written by none.
+GOLDEN_TESTS := \
+	tests/test_golden.py::test_dump_matches_golden \
+	tests/test_collectors.py::test_collector_exposition \
+	tests/test_check.py::test_check_json_matches_expected \
+	tests/test_kernel.py::test_kernel_exposition \
+	tests/test_net.py::test_net_exposition \
+	tests/test_nvme.py::test_nvme_exposition \
+	tests/test_iommu.py::test_iommu_exposition
 
-# Rewrite the Grafana dashboards (dashboards/*.json) from dashboards/generate.py; review
-# and commit the diff (tests/test_dashboards.py fails while they differ).
-dashboards:
-	$(PYTHON) dashboards/generate.py
+.PHONY: generate
+generate: venv deps
+	$(PY) -m pytest -q $(GOLDEN_TESTS) --update-golden
+	$(PY) dashboards/generate.py
+
+# Older names of `make generate`.
+golden dashboards: generate
 
 clean:
 	rm -rf $(VENV) build exporter/*.egg-info .pytest_cache .ruff_cache

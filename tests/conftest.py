@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.scrape import Collection
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
 
 from tests.fixtures.sysfsgen import build_tree, load_node
 
@@ -116,6 +118,28 @@ def collect(flags: list[str], command: str = "dump") -> Collection:
         scraper.close()
 
 
+class _Families:
+    """Families in the shape generate_latest takes a registry (``collect()``)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def collector_exposition(collection: Collection, collector: str, *, clean: bool = True) -> str:
+    """One collector's families that have samples, in prometheus_client's text format: what
+    the golden files hold. The collector must have succeeded and, with ``clean``, read no
+    bad file."""
+    (outcome,) = [o for o in collection.outcomes if o.name == collector]
+    assert outcome.success, outcome.error
+    if clean:
+        assert outcome.read_errors == 0
+    families = [f for f in outcome.families if f.samples]
+    return generate_latest(_Families(families)).decode()  # type: ignore[arg-type]
+
+
 def samples(collection: Collection) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of a collection, keyed by name and label set."""
     out = {}
@@ -147,10 +171,10 @@ def compare_golden(request: pytest.FixtureRequest, path: Path, actual: str) -> N
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(actual)
         return
-    assert path.exists(), f"{path} missing: run `make golden` and review the diff"
+    assert path.exists(), f"{path} missing: run `make generate` and review the diff"
     expected = path.read_text()
     assert actual == expected, (
-        f"{path.name} differs from the golden file (`make golden` rewrites it)"
+        f"{path.name} differs from the golden file (`make generate` rewrites it)"
     )
 
 

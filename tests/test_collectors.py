@@ -1,7 +1,7 @@
 """Collectors against the reference node fixtures.
 
 Two kinds of assertion: the exact exposition of each collector on each node (golden
-files under tests/golden/, rewritten by `make golden` and reviewed as a diff), and values
+files under tests/golden/, rewritten by `make generate` and reviewed as a diff), and values
 recomputed here straight from the fixture files, so a golden file cannot bless a wrong sum.
 """
 
@@ -11,25 +11,17 @@ from pathlib import Path
 
 import pytest
 from cephnode_exporter.cli import build_scraper, parse_args
-from cephnode_exporter.scrape import Collection
-from prometheus_client.exposition import generate_latest
 
-from tests.conftest import GOLDEN, NODES, MakeTree, Tree, collect, compare_golden, value
-
-
-class _One:
-    def __init__(self, families: list) -> None:
-        self._families = families
-
-    def collect(self) -> list:
-        return self._families
-
-
-def exposition_of(collection: Collection, collector: str) -> str:
-    (outcome,) = [o for o in collection.outcomes if o.name == collector]
-    assert outcome.success, outcome.error
-    families = [f for f in outcome.families if f.samples]
-    return generate_latest(_One(families)).decode()  # type: ignore[arg-type]
+from tests.conftest import (
+    GOLDEN,
+    NODES,
+    MakeTree,
+    Tree,
+    collect,
+    collector_exposition,
+    compare_golden,
+    value,
+)
 
 
 @pytest.mark.parametrize("node", NODES)
@@ -38,7 +30,11 @@ def test_collector_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str, collector: str
 ) -> None:
     result = collect(node_trees[node].flags)
-    compare_golden(request, GOLDEN / node / f"{collector}.prom", exposition_of(result, collector))
+    compare_golden(
+        request,
+        GOLDEN / node / f"{collector}.prom",
+        collector_exposition(result, collector, clean=False),
+    )
 
 
 def _files(tree: Tree, pattern: str) -> list[Path]:

@@ -140,7 +140,7 @@ def test_committed_dashboards_are_current(tmp_path: Path) -> None:
     assert written == sorted(FILES)
     for name in FILES:
         assert (tmp_path / name).read_bytes() == (DASHBOARDS / name).read_bytes(), (
-            f"dashboards/{name} is not what generate.py writes: run `make dashboards`"
+            f"dashboards/{name} is not what generate.py writes: run `make generate`"
         )
 
 

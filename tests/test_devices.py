@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 from cephnode_exporter import devices
 from cephnode_exporter.devices import (
+    DeviceClass,
     DeviceDiscovery,
     DeviceSource,
+    DiscoveryError,
     Enumeration,
     FixtureEvents,
     NetInterface,
@@ -283,7 +285,8 @@ def test_sysfs_link_loop_is_a_counted_error(tree: SysTree) -> None:
     os.symlink("loop0", tree.root / "class/net/loop0")
     enum = SysfsDevices(tree.fs).enumerate()
     assert len(enum.errors) == 1
-    assert "class/net/loop0" in enum.errors[0]
+    assert "class/net/loop0" in enum.errors[0].message
+    assert enum.errors[0].device_class is DeviceClass.NET
     assert len(names(enum, NetInterface)) == 5
 
 
@@ -302,7 +305,7 @@ def test_sysfs_unreadable_class_dir(tree: SysTree, monkeypatch: pytest.MonkeyPat
     enum = SysfsDevices(tree.fs).enumerate()
     assert names(enum, NetInterface) == []
     assert names(enum, NvmeController) == ["nvme0", "nvme1"]
-    assert enum.errors == (f"{net}: Permission denied",)
+    assert enum.errors == (DiscoveryError(DeviceClass.NET, f"{net}: Permission denied"),)
 
 
 def test_sysfs_class_dir_is_a_file(tree: SysTree) -> None:
@@ -310,7 +313,8 @@ def test_sysfs_class_dir_is_a_file(tree: SysTree) -> None:
     (tree.root / "class/nvme").write_text("garbage")
     enum = SysfsDevices(tree.fs).enumerate()
     assert names(enum, NvmeController) == []
-    assert len(enum.errors) == 1 and "class/nvme" in enum.errors[0]
+    assert len(enum.errors) == 1 and "class/nvme" in str(enum.errors[0])
+    assert enum.errors[0].device_class is DeviceClass.NVME
     assert names(enum, NvmeNamespace) == ["nvme0n1", "nvme1n1", "nvme1n2"]
 
 

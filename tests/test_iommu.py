@@ -27,7 +27,6 @@ from cephnode_exporter.hostfs.iommu import (
 )
 from cephnode_exporter.hostfs.pci import read_iommu_group
 from cephnode_exporter.scrape import Collection
-from prometheus_client.exposition import generate_latest
 
 from tests.conftest import (
     GOLDEN,
@@ -35,6 +34,7 @@ from tests.conftest import (
     MakeTree,
     Tree,
     collect,
+    collector_exposition,
     compare_golden,
     run_cli,
     samples,
@@ -140,24 +140,15 @@ def test_readers_on_a_tree(make_tree: MakeTree) -> None:
 # --- the collector on the reference nodes ---------------------------------------------
 
 
-def _exposition(node_trees: dict[str, Tree], node: str) -> str:
-    result = collect(node_trees[node].flags)
-    (outcome,) = [o for o in result.outcomes if o.name == "iommu"]
-    assert outcome.success, outcome.error
-    assert outcome.read_errors == 0
-
-    class _One:
-        def collect(self) -> list:
-            return [f for f in outcome.families if f.samples]
-
-    return generate_latest(_One()).decode()  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("node", NODES)
 def test_iommu_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str
 ) -> None:
-    compare_golden(request, GOLDEN / node / "iommu.prom", _exposition(node_trees, node))
+    compare_golden(
+        request,
+        GOLDEN / node / "iommu.prom",
+        collector_exposition(collect(node_trees[node].flags), "iommu"),
+    )
 
 
 @pytest.mark.parametrize(

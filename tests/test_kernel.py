@@ -28,7 +28,6 @@ from cephnode_exporter.hostfs.kernel import (
 from cephnode_exporter.hostfs.sysctl import parse_sysctl, read_sysctl, sysctl_path_parts
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.scrape import Collection
-from prometheus_client.exposition import generate_latest
 
 from tests.conftest import (
     GOLDEN,
@@ -36,6 +35,7 @@ from tests.conftest import (
     MakeTree,
     Tree,
     collect,
+    collector_exposition,
     compare_golden,
     run_cli,
     samples,
@@ -242,24 +242,15 @@ def test_default_profile_makes_one_check_per_sysctl() -> None:
 # --- collector on the reference nodes -----------------------------------------------
 
 
-def _exposition(node_trees: dict[str, Tree], node: str) -> str:
-    result = collect(node_trees[node].flags)
-    (outcome,) = [o for o in result.outcomes if o.name == "kernel"]
-    assert outcome.success, outcome.error
-    assert outcome.read_errors == 0
-
-    class _One:
-        def collect(self) -> list:
-            return [f for f in outcome.families if f.samples]
-
-    return generate_latest(_One()).decode()  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("node", NODES)
 def test_kernel_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str
 ) -> None:
-    compare_golden(request, GOLDEN / node / "kernel.prom", _exposition(node_trees, node))
+    compare_golden(
+        request,
+        GOLDEN / node / "kernel.prom",
+        collector_exposition(collect(node_trees[node].flags), "kernel"),
+    )
 
 
 EXPECTED_SYSCTLS = {

@@ -38,16 +38,18 @@ import pytest
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collectors import kprofile as kprofile_collector
+from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import Classifier, SampleClass, Tally
-from cephnode_exporter.kprofile.perfscript import PerfScriptParser
-from cephnode_exporter.kprofile.runner import (
+from cephnode_exporter.kprofile.perf import (
     OPTIONAL_RECORD_FLAGS,
     Outcome,
     PerfConfig,
     Report,
+    Window,
     kernel_symbols_problem,
-    run_window,
 )
+from cephnode_exporter.kprofile.perfscript import PerfScriptParser
+from cephnode_exporter.kprofile.runner import run_window
 from cephnode_exporter.kprofile.sampler import Sampler
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.scrape import Collection
@@ -693,10 +695,10 @@ def test_check_without_enough_load_passes_and_profile_validates() -> None:
     assert settings.params == {"max_ratio": 0.05, "min_samples": 100}
     assert settings.severity == Status.FAIL
     spec = specs[CHECK]
-    window = kprofile_collector.Window(
+    window = Window(
         0, 1, 5, {"idle": 10, "user": 60, "kernel": 34, "spinlock_iommu": 6}, (("alloc_iova", 6),)
     )
-    facts = kprofile_collector.KprofileFacts({}, 5, {}, window)
+    facts = KprofileFacts({}, 5, {}, window)
     (finding,) = spec.func(facts, {"max_ratio": 0.05, "min_samples": 100})
     assert finding.deviates is True and "6.0%" in finding.observed  # 6 of 100
     (finding,) = spec.func(facts, {"max_ratio": 0.06, "min_samples": 100})
@@ -899,7 +901,7 @@ def test_real_overrun_is_killed_and_reaped(real_perf: str, recorded: bool) -> No
 
 RUN_ONE = (
     "import sys\n"
-    "from cephnode_exporter.kprofile.runner import PerfConfig\n"
+    "from cephnode_exporter.kprofile.perf import PerfConfig\n"
     "from cephnode_exporter.kprofile.sampler import Sampler\n"
     "s = Sampler(PerfConfig(duration=0.5, procfs=sys.argv[1]), 60)\n"
     "r = s.run_once()\n"

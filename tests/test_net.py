@@ -61,7 +61,6 @@ from cephnode_exporter.hostfs.net import (
 )
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.scrape import Collection
-from prometheus_client.exposition import generate_latest
 
 from tests.conftest import (
     GOLDEN,
@@ -69,6 +68,7 @@ from tests.conftest import (
     MakeTree,
     Tree,
     collect,
+    collector_exposition,
     compare_golden,
     need,
     need_root,
@@ -467,23 +467,15 @@ def test_real_ioctl_needs_no_privilege() -> None:
 # --- the collector on the reference nodes ------------------------------------------------
 
 
-def _exposition(node_trees: dict[str, Tree], node: str) -> str:
-    outcome = net_outcome(collect(node_trees[node].flags))
-    assert outcome.success, outcome.error
-    assert outcome.read_errors == 0
-
-    class _One:
-        def collect(self) -> list:
-            return [f for f in outcome.families if f.samples]
-
-    return generate_latest(_One()).decode()  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("node", NODES)
 def test_net_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str
 ) -> None:
-    compare_golden(request, GOLDEN / node / "net.prom", _exposition(node_trees, node))
+    compare_golden(
+        request,
+        GOLDEN / node / "net.prom",
+        collector_exposition(collect(node_trees[node].flags), "net"),
+    )
 
 
 @pytest.mark.parametrize("node", NODES)
@@ -916,18 +908,6 @@ def test_speed_einval_means_unknown(make_tree: MakeTree, monkeypatch: pytest.Mon
     shutil.rmtree(dev.syspath)
     with pytest.raises(Vanished):
         hostnet._Reader(dev, errors).attr(dev.syspath + "/speed", parse_speed)
-
-
-def test_only_network_discovery_errors_are_counted() -> None:
-    from cephnode_exporter.collectors.net import _is_net_error
-
-    assert _is_net_error("/sys/class/net/eth0: Too many levels of symbolic links")
-    assert _is_net_error("/sys/class/net: Permission denied")
-    assert _is_net_error("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0: [Errno 5] x")
-    assert _is_net_error("udev enumeration of net: [Errno 13] Permission denied")
-    assert not _is_net_error("/sys/class/nvme/nvme0: Permission denied")
-    assert not _is_net_error("udev enumeration of nvme: [Errno 13] Permission denied")
-    assert not _is_net_error("/sys/class/block: Permission denied")
 
 
 # --- Ceph ports: which ports the default selection judges ------------------------------

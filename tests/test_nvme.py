@@ -41,7 +41,6 @@ from cephnode_exporter.hostfs.pci import (
     pci_function_dir,
 )
 from cephnode_exporter.scrape import Collection, Scraper
-from prometheus_client.exposition import generate_latest
 
 from tests.conftest import (
     GOLDEN,
@@ -49,6 +48,7 @@ from tests.conftest import (
     MakeTree,
     Tree,
     collect,
+    collector_exposition,
     compare_golden,
     run_cli,
     samples,
@@ -336,24 +336,15 @@ def test_generator_rejects_bad_controllers(tmp_path: Path, entry: dict[str, str]
 # --- the collector on the reference nodes ---------------------------------------------
 
 
-def _exposition(node_trees: dict[str, Tree], node: str, collector: str) -> str:
-    result = collect(node_trees[node].flags)
-    (outcome,) = [o for o in result.outcomes if o.name == collector]
-    assert outcome.success, outcome.error
-    assert outcome.read_errors == 0
-
-    class _One:
-        def collect(self) -> list:
-            return [f for f in outcome.families if f.samples]
-
-    return generate_latest(_One()).decode()  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("node", NODES)
 def test_nvme_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str
 ) -> None:
-    compare_golden(request, GOLDEN / node / "nvme.prom", _exposition(node_trees, node, "nvme"))
+    compare_golden(
+        request,
+        GOLDEN / node / "nvme.prom",
+        collector_exposition(collect(node_trees[node].flags), "nvme"),
+    )
 
 
 @pytest.mark.parametrize("node", NODES)

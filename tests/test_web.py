@@ -1,4 +1,4 @@
-"""The HTTP server (web.py) and the web config file (webconfig.py), over real sockets.
+"""The HTTP server (the web package) and the web config file (webconfig.py), over real sockets.
 
 A fixed render function stands in for the scrape engine, which has its own tests. TLS
 certificates are made with the openssl CLI at test time, so no key material is committed.

@@ -1,5 +1,5 @@
 """Faults a hostile or broken peer, or a broken log sink, can cause; each against the real
-server (web.py in-process over real sockets, or the daemon as a subprocess for signals and
+server (the web package in-process over real sockets, or the daemon as a subprocess for signals and
 logging)."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
-from cephnode_exporter.collectors.base import bounded
+from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, bounded
 from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
 from cephnode_exporter.profile import ProfileError, load_profile
@@ -103,7 +103,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--collector.timeout",
         dest="collector_timeout",
         type=_positive_float,
-        default=5.0,
+        default=DEFAULT_COLLECTOR_TIMEOUT,
         metavar="SECONDS",
         help="time one collector may take before it is reported failed (default: %(default)s)",
     )
@@ -229,14 +229,16 @@ def build_scraper(args: argparse.Namespace) -> Scraper:
     specs = load_all()
     profile = load_profile(args.profile, specs)
     fs = HostFS(procfs=args.path_procfs, sysfs=args.path_sysfs, rootfs=args.path_rootfs)
-    ctx = CollectorContext(fs=fs, options=args, profile=profile)
+    ctx = CollectorContext(
+        fs=fs, options=args, collector_timeout=args.collector_timeout, reads=profile.reads()
+    )
     enabled = [name for name in sorted(REGISTRY) if getattr(args, f"collector_{name}")]
     disabled = [name for name in sorted(REGISTRY) if name not in enabled]
     for path in (fs.procfs, fs.sysfs, fs.rootfs):
         if not os.path.isdir(path):
             log.warning("host path is not a directory", extra=logs.kv(path=path))
     collectors = [REGISTRY[name](ctx) for name in enabled]
-    return Scraper(collectors, disabled, profile, specs, collector_timeout=args.collector_timeout)
+    return Scraper(collectors, disabled, profile, specs, collector_timeout=ctx.collector_timeout)
 
 
 def exposition(collection: Collection) -> bytes:
@@ -259,7 +261,8 @@ def openmetrics(families: list[Metric]) -> bytes:
     Only for clients that ask for it: the text format keeps our faster encoder
     (exposition.py), which Prometheus gets unless it negotiates OpenMetrics.
     """
-    return openmetrics_latest(_Families(families))  # type: ignore[arg-type]
+    text: bytes = openmetrics_latest(_Families(families))  # type: ignore[no-untyped-call]
+    return text
 
 
 def collector_filter(names: Sequence[str], scraper: Scraper) -> frozenset[str]:
@@ -281,7 +284,7 @@ def collector_filter(names: Sequence[str], scraper: Scraper) -> frozenset[str]:
 
 
 def _budget(args: argparse.Namespace, header_timeout: float | None) -> float:
-    budget = args.scrape_timeout
+    budget = float(args.scrape_timeout)
     if header_timeout is not None and header_timeout > 0:
         budget = min(budget, max(0.1, header_timeout - SCRAPE_TIMEOUT_OFFSET))
     return budget

@@ -12,10 +12,14 @@ build.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString as format_value
+from prometheus_client.utils import floatToGoString
+
+# Go's strconv formatting of a sample value; prometheus_client leaves it unannotated. An
+# alias, not a wrapper: it runs once per sample on the scrape's hot path.
+format_value: Callable[[float], str] = floatToGoString
 
 # prometheus_client's metric types, as the text format names them, and the suffix the
 # family name gains there (counters are named without _total inside client_python).

@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from cephnode_exporter.checks import CheckSpec, ParamType, Status, concrete, resolve
+from cephnode_exporter.checks.base import CheckSpec, ParamType, Status, concrete, resolve
+from cephnode_exporter.checks.kernel import SYSCTL_FAMILY
+from cephnode_exporter.checks.osd import DEBUG_LEVELS
+from cephnode_exporter.collectors.base import ProfileReads
+from cephnode_exporter.hostfs.sysctl import sysctl_target
 from cephnode_exporter.safeio import ConfigFileError, load_yaml, read_config_text
 
 SEVERITIES = {"fail": Status.FAIL, "warn": Status.WARN}
@@ -49,6 +53,26 @@ class Profile:
             for name, spec in sorted(self.instances.items())
             if spec.parent == family and self.checks[name].enabled
         ]
+
+    def reads(self) -> ProfileReads:
+        """What the collectors must read for this profile's checks: the sysctls its
+        ``sysctl.<name>`` entries name (kernel) and the debug subsystems
+        ``osd.debug_levels`` judges (osd)."""
+        sysctls = self.members(SYSCTL_FAMILY)
+        numeric = frozenset(
+            name
+            for name in sysctls
+            if not isinstance(
+                sysctl_target(self.checks[f"{SYSCTL_FAMILY}.{name}"].params["value"]), str
+            )
+        )
+        debug = self.checks.get(DEBUG_LEVELS)
+        subsystems = debug.params.get("subsystems", ()) if debug is not None else ()
+        return ProfileReads(
+            sysctls=tuple(sysctls),
+            numeric_sysctls=numeric,
+            debug_subsystems=frozenset(str(s) for s in subsystems),
+        )
 
 
 def _load_yaml(text: str, source: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import textwrap
 from collections import Counter
 from typing import Any
 
-from cephnode_exporter.checks import Result, Status
+from cephnode_exporter.checks.base import Result, Status
 from cephnode_exporter.profile import Profile
 
 _ORDER = (Status.FAIL, Status.WARN, Status.UNKNOWN, Status.PASS, Status.SKIP)

@@ -34,9 +34,9 @@ from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cephnode_exporter import __version__
-from cephnode_exporter.checks import CheckSpec, Result, Status
+from cephnode_exporter.checks.base import CheckSpec, Result, Status
 from cephnode_exporter.checks.evaluate import CollectorFacts, evaluate
-from cephnode_exporter.collectors.base import Collector, metric_name
+from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, Collector, metric_name
 from cephnode_exporter.logs import dropped_messages, kv
 from cephnode_exporter.profile import Profile
 
@@ -327,7 +327,7 @@ class Scraper:
         disabled: Iterable[str],
         profile: Profile,
         specs: dict[str, CheckSpec],
-        collector_timeout: float = 5.0,
+        collector_timeout: float = DEFAULT_COLLECTOR_TIMEOUT,
     ) -> None:
         self._collectors = collectors
         self._disabled = set(disabled)

@@ -197,7 +197,7 @@ def _error(path: str, key: str, message: str) -> WebConfigError:
     return WebConfigError(f"web config {path}: {key}: {message}")
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML: no stubs
     """SafeLoader that refuses duplicate keys: the Go decoder does, PyYAML keeps the last one."""
 
 
@@ -215,7 +215,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
                 key_node.start_mark,
             )
         seen.add(key)
-    return loader.construct_mapping(node)
+    mapping: dict[Any, Any] = loader.construct_mapping(node)
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -242,7 +243,11 @@ def _read_yaml(path: str) -> Any:
 
 
 def _check_keys(
-    path: str, prefix: str, section: dict[Any, Any], known: tuple[str, ...], unsupported: dict
+    path: str,
+    prefix: str,
+    section: dict[Any, Any],
+    known: tuple[str, ...],
+    unsupported: dict[str, str],
 ) -> None:
     for key in section:
         name = f"{prefix}{key}"

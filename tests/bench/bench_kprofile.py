@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cephnode_exporter.kprofile.runner import Outcome, PerfConfig, run_window
+from cephnode_exporter.kprofile.perf import Outcome, PerfConfig
+from cephnode_exporter.kprofile.runner import run_window
 from cephnode_exporter.kprofile.sampler import Sampler
 
 BUDGET = 0.005  # of one core, averaged over the duty cycle

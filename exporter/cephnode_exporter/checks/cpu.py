@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.cpuidle import CPUIdleFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.cpuidle import CPUIdleFacts
 from cephnode_exporter.hostfs.cpufreq import CPUFreq
 
 CSTATE_HINT = (

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cephnode_exporter.checks import CheckSpec, Result, Status, concrete
+from cephnode_exporter.checks.base import CheckSpec, Result, Status, concrete
 from cephnode_exporter.profile import Profile
 
 log = logging.getLogger(__name__)

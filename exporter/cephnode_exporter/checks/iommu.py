@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.iommu import IommuFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.iommu import IommuFacts
 
 EXPECTED = "DMA not translated (group type identity, or no IOMMU)"
 
-# What the reference cluster measured (shared/DOMAIN.md section 1), for the hint.
+# What the reference cluster measured, for the hint.
 EVIDENCE = (
     "Translated NVMe DMA cost the reference cluster 77 % of CPU samples in "
     "native_queued_spin_lock_slowpath under alloc_iova."

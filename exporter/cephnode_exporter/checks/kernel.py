@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check, check_family
-from cephnode_exporter.collectors.kernel import SYSCTL_FAMILY, KernelFacts
+from cephnode_exporter.checks.base import Finding, check, check_family
+from cephnode_exporter.facts.kernel import KernelFacts
 from cephnode_exporter.hostfs.kernel import VulnState
 from cephnode_exporter.hostfs.sysctl import sysctl_path_parts, sysctl_target
 
 # How a sysctl is compared with the profile's value; vectors element by element.
-COMPARISONS = {
+COMPARISONS: dict[str, tuple[Callable[[int, int], bool], str]] = {
     "at_least": (lambda observed, want: observed >= want, "at least"),
     "at_most": (lambda observed, want: observed <= want, "at most"),
     "equal": (lambda observed, want: observed == want, "equal to"),
 }
+# The check family whose profile entries name the sysctls; the kernel collector reads
+# exactly those (Profile.reads).
+SYSCTL_FAMILY = "sysctl"
 SYSCTL_D_FILE = "/etc/sysctl.d/90-ceph-tuning.conf"
 
 
@@ -121,7 +125,7 @@ def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
 def mitigations(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     """Report the CPU vulnerability mitigation state; by default it never deviates.
 
-    Mitigations cost syscall and context-switch time (seed 004 booted with them off), but
+    Mitigations cost syscall and context-switch time (benchmark runs boot with them off), but
     turning them off is a security decision the exporter cannot make: the profile opts in
     with ``warn_when_mitigated`` (performance view) or ``warn_when_vulnerable`` (security).
     """

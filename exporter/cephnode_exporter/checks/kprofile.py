@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.kprofile import KprofileFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import SampleClass
 
 HINT = (
@@ -36,7 +36,7 @@ def _callers(facts: KprofileFacts) -> str:
 def spinlock_iommu(facts: KprofileFacts, params: dict[str, Any]) -> list[Finding]:
     """The share of busy CPU time spent spinning on a lock under IOMMU/IOVA code.
 
-    It was 61 % on the reference cluster's detuned nodes (DOMAIN.md section 1); a node
+    It was 61 % on the reference cluster's detuned nodes; a node
     without IOMMU translation for its NVMe drives has none. Judged on the latest sampling
     window; a nearly idle window (fewer non-idle samples than ``min_samples``) has too
     little to judge and passes, since contention that costs nothing does not matter.

@@ -1,6 +1,5 @@
-"""Checks ``net.mtu`` and ``net.rings``: jumbo frames and full NIC rings (seed 004's
-network list, DOMAIN.md section 2: "MTU 9000; NIC rings raised (ethtool -G eth0 rx 8192
-tx 8192)").
+"""Checks ``net.mtu`` and ``net.rings``: jumbo frames and full NIC rings (MTU 9000, and
+RX/TX rings raised to the NIC's maximum as ``ethtool -G <dev> rx N tx N`` sets them).
 
 Which interfaces: with the profile's ``interfaces`` empty (the default), the physical
 ports that carry Ceph traffic: those under an interface holding an address Ceph's
@@ -26,8 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.net import NetFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.net import NetFacts
 from cephnode_exporter.hostfs.net import RINGS_ERROR, RINGS_NOT_READ, RINGS_UNSUPPORTED, Interface
 
 # Ceph addresses named in one observed text at most; the rest are counted.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.nvme import ControllerFacts, NvmeFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.nvme import ControllerFacts, NvmeFacts
 from cephnode_exporter.hostfs.pci import LinkState, format_speed
 
 # A udev rule applies the scheduler to every NVMe namespace when it appears (boot,
@@ -23,8 +23,8 @@ def _validate_allowed(params: dict[str, Any]) -> None:
 @check("nvme.scheduler", "nvme", validate=_validate_allowed, allowed=list[str])
 def scheduler(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     """An NVMe namespace should run no I/O scheduler: the drive has deep queues of its
-    own, and mq-deadline or bfq add a lock and request sorting to every I/O (the SUSE
-    IO500 run set ``none``, seed 004)."""
+    own, and mq-deadline or bfq add a lock and request sorting to every I/O
+    (Documentation/block/switching-sched.rst lists the schedulers)."""
     allowed = list(params["allowed"])
     expected = f"I/O scheduler {' or '.join(allowed)}"
     if not facts.namespaces:

@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from cephnode_exporter.ceph import perf
-from cephnode_exporter.checks import Finding, check
-from cephnode_exporter.collectors.osd import OSDCollectorFacts
+from cephnode_exporter.checks.base import Finding, check
+from cephnode_exporter.facts.osd import OSDCollectorFacts
+
+# The check whose subsystems the osd collector exports the debug levels of (Profile.reads).
+DEBUG_LEVELS = "osd.debug_levels"
 
 
 def _validate(params: dict[str, Any]) -> None:
@@ -22,7 +25,7 @@ def _validate(params: dict[str, Any]) -> None:
         raise ValueError("max_level must be >= 0")
 
 
-@check("osd.debug_levels", "osd", validate=_validate, subsystems=list[str], max_level=int)
+@check(DEBUG_LEVELS, "osd", validate=_validate, subsystems=list[str], max_level=int)
 def debug_levels(facts: OSDCollectorFacts, params: dict[str, Any]) -> list[Finding]:
     """Debug logging costs CPU on the I/O path even when nothing reaches the log file:
     every message up to the gather level is formatted into the in-memory ring (dout's

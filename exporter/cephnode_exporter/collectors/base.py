@@ -13,15 +13,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from prometheus_client.core import Metric
 
 from cephnode_exporter.hostfs import HostFS
 from cephnode_exporter.logs import kv
-
-if TYPE_CHECKING:
-    from cephnode_exporter.profile import Profile
 
 NAMESPACE = "cephnode"
 
@@ -29,14 +26,39 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# Seconds one collector's read may take before the scraper gives up on it
+# (--collector.timeout's default).
+DEFAULT_COLLECTOR_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class ProfileReads:
+    """What the tuning profile asks the collectors to read, so that the values exported
+    are exactly those judged. Made from the profile by the caller (cli.py,
+    :meth:`cephnode_exporter.profile.Profile.reads`): no collector reads the profile or
+    a check's parameters."""
+
+    # Sysctl names to read (kernel), in order, and those the profile compares as integers:
+    # for them a value that is not decimal integers is a read error.
+    sysctls: tuple[str, ...] = ()
+    numeric_sysctls: frozenset[str] = frozenset()
+    # OSD debug subsystems the profile judges: their levels are exported per OSD (osd).
+    debug_subsystems: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class CollectorContext:
-    """What a collector is built with: the host roots, the parsed command line and the
-    tuning profile (for collectors whose inputs the profile names, such as the sysctls)."""
+    """What a collector is built with: the host roots, the parsed command line (its own
+    ``--collector.<name>.*`` flags, read as attributes: a misspelt one is an
+    AttributeError at start-up), the scraper's time budget per collector, and what the
+    profile asks it to read."""
 
     fs: HostFS
     options: argparse.Namespace
-    profile: Profile | None = None
+    # --collector.timeout: the scraper abandons a collector's read after this many seconds;
+    # collectors that wait on others (osd, pgs) keep their own timeouts below it.
+    collector_timeout: float = DEFAULT_COLLECTOR_TIMEOUT
+    reads: ProfileReads = ProfileReads()
 
 
 class Collector(ABC):

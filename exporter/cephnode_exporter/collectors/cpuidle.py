@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
-from cephnode_exporter.hostfs import ParseError, ReadErrors
+from cephnode_exporter.facts.cpuidle import CPUIdleFacts
+from cephnode_exporter.hostfs import ParseError
 from cephnode_exporter.hostfs.cmdline import read_cmdline
 from cephnode_exporter.hostfs.cpuidle import CPUIdle, CPUIdleReader, IdleStateSample
 from cephnode_exporter.hostfs.pmqos import read_cpu_latency_limit_us
@@ -32,14 +32,6 @@ CMDLINE_PARAMS = (
     "cpuidle.off",
     "cpuidle.governor",
 )
-
-
-@dataclass
-class CPUIdleFacts:
-    idle: CPUIdle
-    cmdline: dict[str, str] | None
-    latency_limit_us: int | None
-    errors: ReadErrors
 
 
 # (attribute of IdleStateSample, metric suffix, help, divisor to base units)
@@ -71,7 +63,7 @@ class CPUIdleCollector(Collector):
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
         self._reader = CPUIdleReader(ctx.fs)
-        self._per_cpu = bool(getattr(ctx.options, "collector_cpuidle_per_cpu", False))
+        self._per_cpu = bool(ctx.options.collector_cpuidle_per_cpu)
 
     @classmethod
     def add_arguments(cls, parser: argparse._ActionsContainer) -> None:

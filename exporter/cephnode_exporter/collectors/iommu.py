@@ -2,10 +2,10 @@
 
 With the IOMMU in a translating mode (default domain ``DMA`` or ``DMA-FQ``), every NVMe
 I/O maps its pages through ``iommu_dma_map_sg`` and allocates an IOVA; on the reference
-cluster that allocation's spin lock took 77 % of CPU samples (shared/DOMAIN.md
-section 1). node_exporter says nothing about the IOMMU. This collector reports whether
-an IOMMU is active, the IOMMU boot parameters, and for every NVMe controller its IOMMU
-group, the group's default-domain type and whether that means translated DMA.
+cluster that allocation's spin lock (drivers/iommu/iova.c) took 77 % of CPU samples.
+node_exporter says nothing about the IOMMU. This collector reports whether an IOMMU is
+active, the IOMMU boot parameters, and for every NVMe controller its IOMMU group, the
+group's default-domain type and whether that means translated DMA.
 
 Controllers come from the shared device discovery; a group cannot change while its
 device is bound to a driver (the ``type`` file is writable only while it is unbound,
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -29,8 +28,8 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
-from cephnode_exporter.collectors.nvme import DEFAULT_MAX_DEVICES
 from cephnode_exporter.devices import NvmeController
+from cephnode_exporter.facts.iommu import ControllerIommu, IommuFacts
 from cephnode_exporter.hostfs import ParseError, ReadErrors
 from cephnode_exporter.hostfs.cmdline import read_cmdline
 from cephnode_exporter.hostfs.iommu import (
@@ -41,38 +40,6 @@ from cephnode_exporter.hostfs.iommu import (
     read_units,
 )
 from cephnode_exporter.hostfs.pci import pci_function_dir, read_iommu_group
-
-
-@dataclass(frozen=True)
-class ControllerIommu:
-    """How one NVMe controller's DMA reaches memory.
-
-    ``translated`` is None when it cannot be told (see ``why``): a fabrics controller, an
-    unreadable link or type, a kernel without the type file, a type such as "blocked".
-    """
-
-    controller: str
-    group: str | None
-    domain_type: str | None
-    translated: bool | None
-    why: str
-    # True when ``translated`` is None because a file was unreadable (the check says
-    # unknown), not because the kernel's state cannot tell (the check skips).
-    unreadable: bool = False
-
-
-@dataclass
-class IommuFacts:
-    units: list[str] | None  # None: /sys/class/iommu unreadable
-    params: dict[str, str] | None  # None: /proc/cmdline unreadable
-    controllers: list[ControllerIommu] = field(default_factory=list)
-    errors: ReadErrors = field(default_factory=ReadErrors)
-    # Controllers left out by --collector.nvme.max-devices.
-    items_dropped: int = 0
-
-    @property
-    def active(self) -> bool | None:
-        return None if self.units is None else bool(self.units)
 
 
 @register
@@ -86,7 +53,7 @@ class IommuCollector(Collector):
         self._generation = -1
         self._groups: dict[str, str | None] = {}  # controller syspath -> group
         # The nvme collector's cap on controllers, so that both export the same ones.
-        limit = int(getattr(ctx.options, "collector_nvme_max_devices", DEFAULT_MAX_DEVICES))
+        limit = int(ctx.options.collector_nvme_max_devices)
         self._limit = ItemLimit(self.name, "controllers", "--collector.nvme.max-devices", limit)
 
     def close(self) -> None:

@@ -3,38 +3,34 @@
 The node-wide kernel settings between an OSD and its network: the performance-relevant
 kernel command line, how many CPU vulnerabilities are mitigated (each mitigation costs
 some syscall or context-switch time), the tuned profile, and the sysctls the tuning
-profile names (seed 004's network list by default). The sysctl list comes from the
+profile names (the network buffers and backlogs by default). The sysctl list comes from the
 profile (``sysctl.<name>`` checks) so the values exported are exactly those judged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cephnode_exporter.collectors.base import Collector, CollectorContext, metric_name, register
+from cephnode_exporter.facts.kernel import KernelFacts, SysctlReading
 from cephnode_exporter.hostfs import ParseError, ReadErrors
 from cephnode_exporter.hostfs.cmdline import read_cmdline
 from cephnode_exporter.hostfs.kernel import (
     Tuned,
-    Vulnerability,
     VulnState,
     read_tuned,
     read_vulnerabilities,
 )
-from cephnode_exporter.hostfs.sysctl import SysctlValue, read_sysctl, sysctl_target
-
-# The check family whose profile entries name the sysctls to read (checks/kernel.py).
-SYSCTL_FAMILY = "sysctl"
+from cephnode_exporter.hostfs.sysctl import read_sysctl
 
 # Kernel parameters exported as labels of cephnode_kernel_cmdline_info, from
 # Documentation/admin-guide/kernel-parameters.txt. Chosen: what changes how fast an OSD's
 # threads run and are woken. Left out because another collector exports them:
 # idle=, processor.max_cstate=, intel_idle.max_cstate=, cpuidle.off= (cpuidle's
 # cephnode_cpu_idle_kernel_params_info) and iommu=, iommu.passthrough=, iommu.strict=,
-# amd_iommu=, intel_iommu= (the iommu collector, issue 3). Per-bug switches
+# amd_iommu=, intel_iommu= (the iommu collector). Per-bug switches
 # (spectre_v2=, pti=, ...) are left out: the vulnerability files show their effect.
 CMDLINE_PARAMS = (
     "mitigations",  # off | auto | auto,nosmt: all CPU vulnerability mitigations at once
@@ -51,27 +47,6 @@ CMDLINE_PARAMS = (
 FLAG_PRESENT = "1"
 
 
-@dataclass(frozen=True)
-class SysctlReading:
-    """One sysctl of the profile: its value, None when the kernel lacks it, or an error."""
-
-    value: SysctlValue | None = None
-    error: str | None = None
-
-
-@dataclass
-class KernelFacts:
-    cmdline: dict[str, str] | None  # None: /proc/cmdline unreadable
-    vulnerabilities: dict[str, Vulnerability] | None  # None: no vulnerabilities directory
-    tuned: Tuned | None  # None: unreadable, see tuned_error
-    tuned_error: str | None
-    sysctls: dict[str, SysctlReading] = field(default_factory=dict)
-    errors: ReadErrors = field(default_factory=ReadErrors)
-    # Vulnerability files that exist but could not be read (their errors): the state
-    # read from the others is incomplete.
-    vulnerability_errors: list[str] = field(default_factory=list)
-
-
 @register
 class KernelCollector(Collector):
     name = "kernel"
@@ -79,16 +54,10 @@ class KernelCollector(Collector):
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
-        profile = ctx.profile
-        self._sysctls = profile.members(SYSCTL_FAMILY) if profile is not None else []
+        self._sysctls = ctx.reads.sysctls
         # The sysctls the profile compares as integers: for them a value that is not
         # decimal integers is a read error, not a string to export nothing for.
-        self._numeric: set[str] = set()
-        if profile is not None:
-            for name in self._sysctls:
-                params = profile.checks[f"{SYSCTL_FAMILY}.{name}"].params
-                if not isinstance(sysctl_target(params["value"]), str):
-                    self._numeric.add(name)
+        self._numeric = ctx.reads.numeric_sysctls
 
     def read(self) -> KernelFacts:
         fs = self.ctx.fs

@@ -1,7 +1,7 @@
 """Collector ``kprofile``: where the CPUs spend their time, from sampled kernel stacks.
 
 The reference cluster lost most of its CPU time to one spin lock in the IOMMU's IOVA
-allocator (77 % of samples spinning, 61 % under ``alloc_iova``; DOMAIN.md section 1),
+allocator (77 % of samples spinning, 61 % under ``alloc_iova``, drivers/iommu/iova.c),
 and no counter showed it. This collector samples every CPU's kernel stack with ``perf``
 for a few seconds a minute (49 Hz for 5 s every 60 s by default) in a background thread,
 classifies every sample (idle, user, kernel, spinlock, spinlock_iommu, iommu; see
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -31,8 +30,9 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
+from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import CLASSES, SampleClass
-from cephnode_exporter.kprofile.runner import COUNTED, PerfConfig, Window
+from cephnode_exporter.kprofile.perf import COUNTED, PerfConfig
 from cephnode_exporter.kprofile.sampler import Sampler
 
 # A window older than this many intervals means later windows keep failing: its results
@@ -43,14 +43,6 @@ STALE_INTERVALS = 3
 class KprofileUnavailable(RuntimeError):
     """No current window: sampling cannot work, has not finished a window yet, or keeps
     failing. The message is the reason; the scrape reports the collector failed."""
-
-
-@dataclass(frozen=True)
-class KprofileFacts:
-    totals: Mapping[str, int]  # samples per class over all completed windows
-    sampled_seconds: float
-    windows: Mapping[str, int]  # windows per result
-    window: Window  # the latest completed window
 
 
 @register
@@ -66,15 +58,15 @@ class KprofileCollector(Collector):
         super().__init__(ctx)
         o = ctx.options
         self.config = PerfConfig(
-            perf=getattr(o, "collector_kprofile_perf", "perf"),
-            frequency=getattr(o, "collector_kprofile_frequency", 49),
-            duration=getattr(o, "collector_kprofile_duration", 5.0),
-            grace=getattr(o, "collector_kprofile_grace", 15.0),
-            max_rss_bytes=int(getattr(o, "collector_kprofile_max_rss", 128)) << 20,
+            perf=o.collector_kprofile_perf,
+            frequency=o.collector_kprofile_frequency,
+            duration=o.collector_kprofile_duration,
+            grace=o.collector_kprofile_grace,
+            max_rss_bytes=int(o.collector_kprofile_max_rss) << 20,
             procfs=ctx.fs.procfs,
-            top=getattr(o, "collector_kprofile_top", 5),
+            top=o.collector_kprofile_top,
         )
-        self.interval = float(getattr(o, "collector_kprofile_interval", 60.0))
+        self.interval = float(o.collector_kprofile_interval)
         self.sampler = Sampler(self.config, self.interval)
         self.sampler.start()
 

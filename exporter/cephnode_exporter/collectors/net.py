@@ -30,7 +30,6 @@ import argparse
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -44,10 +43,11 @@ from cephnode_exporter.collectors.base import (
     natural_key,
     register,
 )
-from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.devices import DeviceClass
+from cephnode_exporter.facts.net import NetFacts
 from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
-from cephnode_exporter.hostfs.inet import CephAddresses, read_ceph_addresses
-from cephnode_exporter.hostfs.net import RINGS_OK, Interface, read_interface
+from cephnode_exporter.hostfs.inet import read_ceph_addresses
+from cephnode_exporter.hostfs.net import RINGS_OK, read_interface
 from cephnode_exporter.logs import kv
 
 log = logging.getLogger(__name__)
@@ -69,23 +69,6 @@ def _regex(text: str) -> re.Pattern[str]:
         return re.compile(text)
     except re.error as exc:
         raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
-
-
-@dataclass
-class NetFacts:
-    # Every interface read, physical and virtual, by name (sorted as discovery sorts).
-    interfaces: dict[str, Interface] = field(default_factory=dict)
-    excluded: list[str] = field(default_factory=list)
-    ring_source: str = ""
-    errors: ReadErrors = field(default_factory=ReadErrors)
-    # Where Ceph's daemons listen and on which interfaces (error set when unreadable).
-    ceph: CephAddresses = field(default_factory=CephAddresses)
-    # Interfaces left out by --collector.net.max-interfaces.
-    items_dropped: int = 0
-
-    @property
-    def physical(self) -> list[Interface]:
-        return [i for i in self.interfaces.values() if not i.virtual]
 
 
 @register
@@ -118,14 +101,14 @@ class NetCollector(Collector):
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
-        self._exclude: re.Pattern[str] = getattr(
-            ctx.options, "collector_net_exclude", None
-        ) or _regex(DEFAULT_EXCLUDE)
+        self._exclude: re.Pattern[str] = ctx.options.collector_net_exclude or _regex(
+            DEFAULT_EXCLUDE
+        )
         self._limit = ItemLimit(
             self.name,
             "interfaces",
             "--collector.net.max-interfaces",
-            int(getattr(ctx.options, "collector_net_max_interfaces", DEFAULT_MAX_INTERFACES)),
+            int(ctx.options.collector_net_max_interfaces),
         )
         self._rings: RingReader = ring_reader_for(ctx.fs)
         self._discovery = devices.acquire(ctx.fs)
@@ -139,7 +122,9 @@ class NetCollector(Collector):
         snap = self._discovery.devices()
         facts = NetFacts(ring_source=self._rings.source)
         # Discovery errors of network class entries only; NVMe ones belong to nvme.
-        facts.errors.items.extend(e for e in snap.errors if _is_net_error(e))
+        facts.errors.items.extend(
+            e.message for e in snap.errors if e.device_class is DeviceClass.NET
+        )
         wanted = []
         for dev in snap.net_interfaces:
             if self._exclude.fullmatch(dev.name):
@@ -197,9 +182,3 @@ class NetCollector(Collector):
         yield numa
         yield entries
         yield maximum
-
-
-def _is_net_error(error: str) -> bool:
-    """Discovery errors name the class link or device path (``.../class/net/eth0: ...``,
-    ``/sys/class/net: Permission denied``) or the udev subsystem."""
-    return "/net/" in error or "/class/net:" in error or "enumeration of net:" in error

@@ -18,9 +18,8 @@ by name, so that a fault showing thousands of devices cannot flood Prometheus.
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -33,10 +32,10 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
-from cephnode_exporter.devices import NvmeController
+from cephnode_exporter.devices import DeviceClass, NvmeController
+from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.nvme import (
-    BlockQueue,
     ControllerIdentity,
     find_hwmon,
     parse_count,
@@ -52,35 +51,7 @@ KIB = 1024
 # (E3.S chassis: up to 40), each with one namespace; about 14 series each.
 DEFAULT_MAX_DEVICES = 256
 # Discovery errors that concern this collector: NVMe and block class entries.
-_MY_DISCOVERY_ERRORS = re.compile(r"/(class/nvme|class/block|block)(/|:)")
-
-
-@dataclass(frozen=True)
-class ControllerFacts:
-    name: str
-    pci: str | None  # PCI function, None for fabrics controllers
-    identity: ControllerIdentity
-    queue_count: int | None
-    link: LinkState | None  # the trained link; None without a PCI function
-    max_link: LinkState | None
-    temperature_celsius: float | None = None
-
-
-@dataclass(frozen=True)
-class NamespaceFacts:
-    name: str
-    controllers: tuple[str, ...]
-    queue: BlockQueue
-
-
-@dataclass
-class NvmeFacts:
-    controllers: list[ControllerFacts] = field(default_factory=list)
-    namespaces: list[NamespaceFacts] = field(default_factory=list)
-    generation: int = 0
-    errors: ReadErrors = field(default_factory=ReadErrors)
-    # Controllers plus namespaces left out by --collector.nvme.max-devices.
-    items_dropped: int = 0
+_MY_CLASSES = frozenset({DeviceClass.NVME, DeviceClass.BLOCK})
 
 
 @dataclass(frozen=True)
@@ -100,11 +71,11 @@ class NvmeCollector(Collector):
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
-        self._temperature = bool(getattr(ctx.options, "collector_nvme_temperature", False))
+        self._temperature = bool(ctx.options.collector_nvme_temperature)
         self._discovery: devices.DeviceDiscovery | None = devices.acquire(ctx.fs)
         self._generation = -1
         self._static: dict[str, _Static] = {}
-        limit = int(getattr(ctx.options, "collector_nvme_max_devices", DEFAULT_MAX_DEVICES))
+        limit = int(ctx.options.collector_nvme_max_devices)
         flag = "--collector.nvme.max-devices"
         self._controller_limit = ItemLimit(self.name, "controllers", flag, limit)
         self._namespace_limit = ItemLimit(self.name, "namespaces", flag, limit)
@@ -139,7 +110,7 @@ class NvmeCollector(Collector):
             raise RuntimeError("collector closed")
         snap = self._discovery.devices()
         facts = NvmeFacts(generation=snap.generation)
-        facts.errors.items.extend(e for e in snap.errors if _MY_DISCOVERY_ERRORS.search(e))
+        facts.errors.items.extend(e.message for e in snap.errors if e.device_class in _MY_CLASSES)
         if snap.generation != self._generation:
             self._static.clear()  # the device set changed: re-read what was cached
             self._generation = snap.generation

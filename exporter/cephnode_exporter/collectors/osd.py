@@ -68,7 +68,6 @@ from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale, Query
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     DUPLICATE,
-    LIMIT,
     STALE,
     Answer,
     DiscoveryError,
@@ -87,8 +86,15 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
+from cephnode_exporter.facts.osd import (
+    DEFAULT_LATENCY_WINDOW,
+    HostHistograms,
+    OSDCollectorFacts,
+    OSDFacts,
+    PooledLatency,
+)
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError, ReadErrors, fd_budget
-from cephnode_exporter.hostfs.blockdev import NoDevice, OSDBlock, block_media, find_osd_block
+from cephnode_exporter.hostfs.blockdev import NoDevice, block_media, find_osd_block
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
 from cephnode_exporter.hostfs.process import (
     THREAD_FD_SHARE,
@@ -115,10 +121,6 @@ TIMEOUT_SHARE = 0.8
 # OSD sockets queried per scrape: a dense node runs 24 to 36 OSDs (a few dozen more with
 # several OSDs per NVMe); about 120 series each.
 DEFAULT_MAX_SOCKETS = 128
-# Seconds of reads behind each OSD's exported p99: 300 s is the rate(...[5m]) the
-# rules used. The flag's minimum, 60 s, holds two reads of a 1 min scrape interval only
-# while they are at most 60.0 s apart (a read exactly the window old is kept).
-DEFAULT_LATENCY_WINDOW = 300.0
 # The quantile exported per OSD, and the op rate below which it is left out: a p99 of
 # fewer than 60 ops a minute is one slow op's latency, not a distribution's tail.
 LATENCY_QUANTILE = 0.99
@@ -341,87 +343,6 @@ CEPHADM_DATA_DIR = "/var/lib/ceph/{fsid}/osd.{id}"
 
 
 @dataclass
-class OSDFacts:
-    """One OSD in one scrape: what it answered, or why it did not."""
-
-    socket: OSDSocket
-    seconds: float
-    error: str | None = None
-    reason: str | None = None
-    histograms: dict[str, perf.LatencyHistogram] = field(default_factory=dict)
-    counters: perf.PerfCounters | None = None
-    ops: perf.OpsInFlight | None = None
-    config: perf.OSDConfig | None = None
-    version: str | None = None
-    kv: kvstats.KVStats | None = None  # None: the OSD keeps no RocksDB statistics
-    # The OSD's own words when it declined dump_objectstore_kv_stats (Tentacle with
-    # rocksdb_perf off since config show was read); logged once per change.
-    kv_note: str | None = None
-    # Host facts; None with the reason in *_note (a fact: no pid visible, no block
-    # device) or *_error (a read error, counted).
-    pid: int | None = None
-    process: ProcessSample | None = None
-    process_note: str | None = None
-    process_error: str | None = None
-    allowed_cpus: dict[int, int] | None = None  # NUMA node -> CPUs the OSD may run on
-    block: OSDBlock | None = None
-    block_note: str | None = None
-    block_error: str | None = None
-    media: str = "unknown"  # the data disk's kind (hostfs/blockdev.py block_media)
-    # op -> its LATENCY_QUANTILE over the window; only ops with enough ops per second.
-    latency_quantiles: dict[str, float] = field(default_factory=dict)
-    # MEAN_AVGS key -> its mean over the window; only those with enough events per second.
-    latency_means: dict[str, float] = field(default_factory=dict)
-    # CPU seconds of the process per osd.op over the window; None below MEAN_MIN_RATE
-    # ops per second, before the second read or when the process was not read.
-    cpu_per_op: float | None = None
-
-    @property
-    def ceph_daemon(self) -> str:
-        return self.socket.ceph_daemon
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True)
-class PooledLatency:
-    """One pooled histogram at a scrape: cumulative (edge, count) buckets, the sum, and
-    its HOST_LATENCY_QUANTILES over the window (only those with enough ops)."""
-
-    buckets: list[tuple[float, float]]
-    sum: float
-    quantiles: dict[float, float] = field(default_factory=dict)
-
-
-# (op, media) -> the node's OSDs pooled.
-HostHistograms = dict[tuple[str, str], PooledLatency]
-
-
-@dataclass
-class OSDCollectorFacts:
-    socket_dir: str
-    osds: list[OSDFacts]
-    errors: ReadErrors
-    # NUMA node -> its CPUs; None when the kernel has no NUMA (or it was unreadable).
-    numa_nodes: dict[int, frozenset[int]] | None = None
-    # (op, media) -> the node's OSDs pooled: cumulative (edge, count) buckets and sum.
-    host_histograms: HostHistograms = field(default_factory=dict)
-    latency_window: float = DEFAULT_LATENCY_WINDOW
-    # The node's OSDs' CPU seconds per op over the window; None below MEAN_MIN_RATE ops
-    # per second summed over them.
-    host_cpu_per_op: float | None = None
-    # Sockets found but not reported (discovery.choose_sockets, --collector.osd.max-sockets).
-    dropped: list[Dropped] = field(default_factory=list)
-
-    @property
-    def items_dropped(self) -> int:
-        """Sockets beyond --collector.osd.max-sockets (cephnode_scrape_collector_items_dropped)."""
-        return sum(1 for d in self.dropped if d.reason == LIMIT)
-
-
-@dataclass
 class _LatencyState:
     """One OSD's latency state between scrapes: its pid (a new one is a restart), the
     media pool it feeds, a window per op type, one for the sums and counts of the
@@ -593,9 +514,9 @@ class OSDCollector(Collector):
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
         opts = ctx.options
-        self._socket_dir = str(getattr(opts, "ceph_socket_dir", DEFAULT_SOCKET_DIR))
-        limit = float(getattr(opts, "collector_timeout", 5.0)) * TIMEOUT_SHARE
-        self._timeout = min(float(getattr(opts, "collector_osd_timeout", DEFAULT_TIMEOUT)), limit)
+        self._socket_dir = str(opts.ceph_socket_dir)
+        limit = ctx.collector_timeout * TIMEOUT_SHARE
+        self._timeout = min(float(opts.collector_osd_timeout), limit)
         self._pool: QueryPool | None = None
         self._last_error: dict[str, str | None] = {}
         self._last_host: dict[str, tuple[str | None, str | None]] = {}
@@ -604,30 +525,26 @@ class OSDCollector(Collector):
         # descriptor per thread, a quarter of the descriptor limit at most).
         self._thread_files = AttrFiles(fd_budget(THREAD_FD_SHARE), recheck=True)
         self._config_caches: dict[str, ConfigCache] = {}
-        self._config_interval = float(
-            getattr(opts, "collector_osd_config_interval", DEFAULT_CONFIG_INTERVAL)
-        )
+        self._config_interval = float(opts.collector_osd_config_interval)
         # Per-subsystem debug series: the profile's list by default (Pacific leaves 62 of 64
         # subsystems at non-zero defaults such as 1/5: all of them would be ~60 series per
         # OSD of noise); every non-zero one with --collector.osd.all-debug-levels.
         self._debug_subsystems: frozenset[str] | None = None
-        if not getattr(opts, "collector_osd_all_debug_levels", False):
-            self._debug_subsystems = _profile_subsystems(ctx)
+        if not opts.collector_osd_all_debug_levels:
+            self._debug_subsystems = ctx.reads.debug_subsystems
         self._dir_missing_logged = False
         self._socket_limit = ItemLimit(
             self.name,
             "OSD sockets",
             "--collector.osd.max-sockets",
-            int(getattr(opts, "collector_osd_max_sockets", DEFAULT_MAX_SOCKETS)),
+            int(opts.collector_osd_max_sockets),
         )
         self._dropped_logged: set[tuple[str, str]] = set()
         # Socket path -> the counters already logged as missing (ceph/counters.py).
         self._missing_logged: dict[str, frozenset[str]] = {}
         # Socket path -> the OSD's last refusal of dump_objectstore_kv_stats (None: none).
         self._kv_notes: dict[str, str | None] = {}
-        self._latency_window = float(
-            getattr(opts, "collector_osd_latency_window", DEFAULT_LATENCY_WINDOW)
-        )
+        self._latency_window = float(opts.collector_osd_latency_window)
         # The time of a read for the latency windows; tests replace it to step minutes.
         self.clock: Callable[[], float] = time.monotonic
         # Windows and pools outlive a scrape; scrapes may overlap, so they are changed
@@ -1150,16 +1067,6 @@ def _task(
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:
     return kind(metric_name("osd", suffix), doc, labels=["ceph_daemon", *labels])
-
-
-def _profile_subsystems(ctx: CollectorContext) -> frozenset[str]:
-    """The debug subsystems the profile judges (empty without a profile)."""
-    if ctx.profile is None:
-        return frozenset()
-    settings = ctx.profile.checks.get("osd.debug_levels")
-    if settings is None:
-        return frozenset()
-    return frozenset(str(s) for s in settings.params.get("subsystems", ()))
 
 
 def build_metrics(

@@ -78,14 +78,11 @@ class PGsCollector(Collector):
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)
         o = ctx.options
-        timeout = effective_timeout(
-            int(getattr(o, "collector_pgs_timeout", DEFAULT_TIMEOUT)),
-            float(getattr(o, "collector_timeout", 5.0)),
-        )
+        timeout = effective_timeout(int(o.collector_pgs_timeout), ctx.collector_timeout)
         self.settings = ClientSettings(
-            conffile=str(getattr(o, "collector_pgs_conf", DEFAULT_CONF)),
-            name=str(getattr(o, "collector_pgs_name", DEFAULT_NAME)),
-            keyring=getattr(o, "collector_pgs_keyring", None),
+            conffile=str(o.collector_pgs_conf),
+            name=str(o.collector_pgs_name),
+            keyring=o.collector_pgs_keyring,
             timeout=timeout,
         )
         self.client = MonCommandClient(self.settings)

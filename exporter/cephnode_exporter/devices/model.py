@@ -7,37 +7,23 @@ collector sees cannot depend on which enumerator produced them.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar, TypeVar
 
-# PCI function names: drivers/pci/probe.c (pci_setup_device) names every function
-# "%04x:%02x:%02x.%d" (domain, bus, slot, function). The domain may be wider than four
-# digits: Intel VMD puts its NVMe behind domains like 10000 (drivers/pci/controller/vmd.c).
-BDF_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-# NVMe names, drivers/nvme/host/core.c (nvme_alloc_ns) and multipath.c:
-#   controller            "nvme%d"        ctrl->instance            (class nvme)
-#   namespace, no mpath   "nvme%dn%d"     ctrl->instance, head id   (parent: the controller)
-#   mpath head (visible)  "nvme%dn%d"     subsys->instance, head id (parent: nvme-subsysN)
-#   mpath path (hidden)   "nvme%dc%dn%d"  subsys, ctrl->instance, head id (parent: controller)
-# With multipath compiled in but a namespace not shared, the visible name also uses the
-# *subsystem* instance while the disk sits under the controller, so "nvme0n1" may belong
-# to nvme1: the controller always comes from sysfs, never from the name.
-CONTROLLER_RE = re.compile(r"^nvme(\d+)$")
-NAMESPACE_RE = re.compile(r"^nvme(\d+)n(\d+)$")
-PATH_RE = re.compile(r"^nvme(\d+)c(\d+)n(\d+)$")
+from cephnode_exporter.hostfs.names import (
+    BDF_RE,
+    CONTROLLER_RE,
+    NAMESPACE_RE,
+    PATH_RE,
+    natural_key,
+)
 
 NVME_CONTROLLER = "nvme_controller"
 NVME_NAMESPACE = "nvme_namespace"
 NET = "net"
-
-
-def natural_key(name: str) -> tuple[object, ...]:
-    """Sort key that puts nvme2 before nvme10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 @dataclass(frozen=True)
@@ -94,12 +80,33 @@ class NetInterface(Device):
 D = TypeVar("D", bound=Device)
 
 
+class DeviceClass(StrEnum):
+    """The kernel device class (sysfs ``class/<name>``, udev subsystem) an enumeration
+    error belongs to, so each collector counts the errors of its own devices."""
+
+    NVME = "nvme"
+    BLOCK = "block"
+    NET = "net"
+
+
+@dataclass(frozen=True)
+class DiscoveryError:
+    """An item of one device class that could not be enumerated; ``message`` names the
+    path (or the udev subsystem) and the reason."""
+
+    device_class: DeviceClass
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass(frozen=True)
 class Enumeration:
     """One pass over the host: the devices and the items that could not be read."""
 
     devices: tuple[Device, ...]
-    errors: tuple[str, ...] = ()
+    errors: tuple[DiscoveryError, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ class Snapshot:
 
     generation: int
     devices: tuple[Device, ...]
-    errors: tuple[str, ...] = ()
+    errors: tuple[DiscoveryError, ...] = ()
     # time.monotonic() of the enumeration
     taken_at: float = 0.0
 
@@ -148,7 +155,7 @@ class RawScan:
     controllers: list[RawEntry] = field(default_factory=list)
     disks: list[RawEntry] = field(default_factory=list)
     nets: list[RawEntry] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[DiscoveryError] = field(default_factory=list)
 
 
 def assemble(scan: RawScan) -> Enumeration:

@@ -25,10 +25,9 @@ import stat
 from collections.abc import Callable
 
 from cephnode_exporter.devices.model import (
-    CONTROLLER_RE,
-    NAMESPACE_RE,
-    PATH_RE,
+    DeviceClass,
     DeviceSource,
+    DiscoveryError,
     Enumeration,
     RawEntry,
     RawScan,
@@ -36,6 +35,7 @@ from cephnode_exporter.devices.model import (
     nearest_pci,
 )
 from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
 
 
 class SysfsDevices(DeviceSource):
@@ -52,41 +52,49 @@ class SysfsDevices(DeviceSource):
         root = os.path.realpath(self.fs.sysfs)
         scan = RawScan()
         walk = _Walk(root, scan.errors)
-        scan.controllers = walk.entries(os.path.join(root, "class", "nvme"), CONTROLLER_RE.match)
+        scan.controllers = walk.entries(
+            os.path.join(root, "class", "nvme"), DeviceClass.NVME, CONTROLLER_RE.match
+        )
         block = os.path.join(root, "class", "block")
         if not os.path.isdir(block):
             block = os.path.join(root, "block")
-        scan.disks = walk.entries(block, lambda n: NAMESPACE_RE.match(n) or PATH_RE.match(n))
-        scan.nets = walk.entries(os.path.join(root, "class", "net"), lambda n: True)
+        scan.disks = walk.entries(
+            block, DeviceClass.BLOCK, lambda n: NAMESPACE_RE.match(n) or PATH_RE.match(n)
+        )
+        scan.nets = walk.entries(
+            os.path.join(root, "class", "net"), DeviceClass.NET, lambda n: True
+        )
         return assemble(scan)
 
 
 class _Walk:
     """Lists one class directory and resolves its entries, collecting errors."""
 
-    def __init__(self, root: str, errors: list[str]) -> None:
+    def __init__(self, root: str, errors: list[DiscoveryError]) -> None:
         self.root = root
         self.virtual = os.path.join(root, "devices", "virtual") + os.sep
         self.errors = errors
 
-    def entries(self, class_dir: str, want: Callable[[str], object]) -> list[RawEntry]:
+    def entries(
+        self, class_dir: str, kind: DeviceClass, want: Callable[[str], object]
+    ) -> list[RawEntry]:
         try:
             names = sorted(os.listdir(class_dir))
         except FileNotFoundError:
             return []  # no such class on this host (no NVMe driver loaded)
         except OSError as exc:
-            self._error(exc, class_dir)
+            self._error(kind, exc, class_dir)
             return []
         out = []
         for name in names:
             if not want(name):
                 continue
-            entry = self._entry(class_dir, name)
+            entry = self._entry(class_dir, kind, name)
             if entry is not None:
                 out.append(entry)
         return out
 
-    def _entry(self, class_dir: str, name: str) -> RawEntry | None:
+    def _entry(self, class_dir: str, kind: DeviceClass, name: str) -> RawEntry | None:
         link = os.path.join(class_dir, name)
         # One readlink and one stat instead of os.path.realpath's lstat per component
         # (a PCI path is ten deep): class links are relative and point straight into
@@ -97,7 +105,7 @@ class _Walk:
             return None  # gone since the listing
         except OSError as exc:
             if exc.errno != errno.EINVAL:
-                self._error(exc, link)
+                self._error(kind, exc, link)
                 return None
             target = name  # not a symlink: a plain directory (or file) in the class dir
         path = os.path.normpath(os.path.join(class_dir, target))
@@ -106,7 +114,7 @@ class _Walk:
         except FileNotFoundError:
             return None  # dangling: the device went away after the listing
         except OSError as exc:  # ELOOP, EACCES on a component
-            self._error(exc, link)
+            self._error(kind, exc, link)
             return None
         if not stat.S_ISDIR(st.st_mode):
             return None  # a class attribute such as class/net/bonding_masters
@@ -120,6 +128,6 @@ class _Walk:
             virtual=(path + os.sep).startswith(self.virtual),
         )
 
-    def _error(self, exc: OSError, path: str) -> None:
+    def _error(self, kind: DeviceClass, exc: OSError, path: str) -> None:
         reason = exc.strerror or type(exc).__name__
-        self.errors.append(f"{path}: {reason}")
+        self.errors.append(DiscoveryError(kind, f"{path}: {reason}"))

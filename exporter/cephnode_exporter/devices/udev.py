@@ -29,15 +29,15 @@ from collections.abc import Callable
 import pyudev
 
 from cephnode_exporter.devices.model import (
-    CONTROLLER_RE,
-    NAMESPACE_RE,
-    PATH_RE,
+    DeviceClass,
     DeviceSource,
+    DiscoveryError,
     Enumeration,
     RawEntry,
     RawScan,
     assemble,
 )
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
 
 UDEV_CONTROL = "/run/udev/control"
 
@@ -94,7 +94,9 @@ class UdevDevices(DeviceSource):
         try:
             devices = list(self._context.list_devices(**matches))
         except (OSError, pyudev.DeviceNotFoundError) as exc:
-            scan.errors.append(f"udev enumeration of {subsystem}: {exc}")
+            scan.errors.append(
+                DiscoveryError(DeviceClass(subsystem), f"udev enumeration of {subsystem}: {exc}")
+            )
             return
         for device in devices:
             try:
@@ -115,7 +117,8 @@ class UdevDevices(DeviceSource):
             except pyudev.DeviceNotFoundError:
                 continue  # removed while we looked at it
             except OSError as exc:
-                scan.errors.append(f"{getattr(device, 'sys_path', subsystem)}: {exc}")
+                where = getattr(device, "sys_path", subsystem)
+                scan.errors.append(DiscoveryError(DeviceClass(subsystem), f"{where}: {exc}"))
 
 
 class UdevEvents:
@@ -135,7 +138,7 @@ class UdevEvents:
     def fileno(self) -> int:
         if self._monitor is None:
             raise ValueError("event stream closed")
-        return self._monitor.fileno()
+        return int(self._monitor.fileno())
 
     def receive(self) -> int:
         """Drain queued events without blocking; return how many matched the filters.

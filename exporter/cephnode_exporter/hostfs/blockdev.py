@@ -33,8 +33,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from cephnode_exporter.devices.model import CONTROLLER_RE, natural_key
 from cephnode_exporter.hostfs import HostFS, ParseError, read_int, read_text
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, natural_key
 from cephnode_exporter.hostfs.pci import parse_numa_node
 
 # The kernel gives up after 40 links in one lookup (MAXSYMLINKS, include/linux/namei.h).

@@ -1,10 +1,10 @@
 """NIC ring sizes through the ethtool ioctl, and its fixture stand-in.
 
 Ring sizes are not in sysfs: the kernel hands them out only through the ethtool
-interface, either the SIOCETHTOOL ioctl or ethtool netlink (DOMAIN.md section 4). This
-module speaks the ioctl from Python (no ``ethtool`` subprocess): a socket, a
-``struct ifreq`` whose ``ifr_data`` points at a ``struct ethtool_ringparam``, and
-``fcntl.ioctl``.
+interface, either the SIOCETHTOOL ioctl (include/uapi/linux/ethtool.h) or ethtool netlink
+(Documentation/networking/ethtool-netlink.rst). This module speaks the ioctl from Python
+(no ``ethtool`` subprocess): a socket, a ``struct ifreq`` whose ``ifr_data`` points at a
+``struct ethtool_ringparam``, and ``fcntl.ioctl``.
 
 Kernel sources (torvalds/linux):
   - include/uapi/linux/sockios.h: ``SIOCETHTOOL 0x8946``.
@@ -192,7 +192,7 @@ class EthtoolRingReader:
     source = "ioctl"
 
     def __init__(self, ioctl: IoctlFunc | None = None) -> None:
-        self._ioctl: IoctlFunc = ioctl if ioctl is not None else fcntl.ioctl  # type: ignore[assignment]
+        self._ioctl: IoctlFunc = ioctl if ioctl is not None else fcntl.ioctl
         self._sock: socket.socket | None = None
 
     def _socket(self) -> socket.socket:

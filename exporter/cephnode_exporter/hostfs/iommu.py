@@ -13,7 +13,7 @@
   domain attached right now: a device handed to VFIO keeps showing its default.
 
 The reference cluster's NVMe DMA went through "DMA-FQ" groups: 77 % of CPU samples spun in
-``native_queued_spin_lock_slowpath`` under ``alloc_iova`` (shared/DOMAIN.md section 1).
+``native_queued_spin_lock_slowpath`` under ``alloc_iova`` (drivers/iommu/iova.c).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-cl
   - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
     gives no proximity for it.
 
-The interface records come from device discovery (:mod:`cephnode_exporter.devices`); an
+The interface records come from device discovery (:mod:`cephnode_exporter.devices`,
+whose NetInterface has the shape of :class:`NetDevice`); an
 interface that disappears while it is being read (hot-unplug, rename) is skipped without
 counting an error, like discovery does.
 """
@@ -26,11 +27,11 @@ import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from cephnode_exporter.devices import NetInterface
 from cephnode_exporter.hostfs import ParseError, ReadErrors, read_text
 from cephnode_exporter.hostfs.ethtool import RingParam, RingReader
+from cephnode_exporter.hostfs.pci import parse_numa_node, pci_function_dir
 
 # net/core/net-sysfs.c operstates[] (IF_OPER_* of include/uapi/linux/if.h).
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
@@ -44,6 +45,20 @@ RINGS_ERROR = "error"
 RINGS_NOT_READ = "not_read"  # virtual interfaces: rings are a property of the port
 
 T = TypeVar("T")
+
+
+class NetDevice(Protocol):
+    """What this module needs of a discovered interface (devices.NetInterface): its
+    name, resolved sysfs directory, nearest PCI function and whether it is virtual."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def syspath(self) -> str: ...
+    @property
+    def pci(self) -> str | None: ...
+    @property
+    def virtual(self) -> bool: ...
 
 
 class Vanished(Exception):
@@ -104,32 +119,10 @@ def parse_operstate(text: str, path: str = "operstate") -> str:
     return state
 
 
-def parse_numa_node(text: str, path: str = "numa_node") -> int:
-    try:
-        node = int(text)
-    except ValueError:
-        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
-    if node < -1:
-        raise ParseError(path, f"bad NUMA node {node}")
-    return node
-
-
-def pci_function_dir(dev: NetInterface) -> str | None:
-    """The sysfs directory of the interface's PCI function: the ``pci`` component of its
-    resolved path (for virtio the virtio PCI function, whose numa_node is the one)."""
-    if dev.pci is None:
-        return None
-    marker = os.sep + dev.pci + os.sep
-    cut = dev.syspath.rfind(marker)
-    if cut < 0:
-        return None
-    return dev.syspath[: cut + len(marker) - 1]
-
-
 class _Reader:
     """Reads one interface's attributes; errors go to ``errors`` unless it vanished."""
 
-    def __init__(self, dev: NetInterface, errors: ReadErrors) -> None:
+    def __init__(self, dev: NetDevice, errors: ReadErrors) -> None:
         self.dev = dev
         self.errors = errors
 
@@ -187,7 +180,7 @@ class _Reader:
 
 
 def read_interface(
-    dev: NetInterface, rings: RingReader | None, errors: ReadErrors
+    dev: NetDevice, rings: RingReader | None, errors: ReadErrors
 ) -> Interface | None:
     """Read one interface. ``rings`` None means a light read (MTU, operstate, master and,
     of a virtual interface, its lower devices: what the checks need of a bond or VLAN);
@@ -215,7 +208,7 @@ def read_interface(
             )
         speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
         numa: int | None = None
-        pci_dir = pci_function_dir(dev)
+        pci_dir = None if dev.pci is None else pci_function_dir(dev.syspath, dev.pci)
         if pci_dir is not None:
             # Absent without CONFIG_NUMA: not an error.
             numa = r.attr(os.path.join(pci_dir, "numa_node"), parse_numa_node, optional=True)

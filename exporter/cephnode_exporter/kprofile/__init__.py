@@ -1,7 +1,7 @@
 """Kernel stack sampling for the ``kprofile`` collector: where the CPUs spend their time.
 
 The reference cluster's worst bottleneck (77 % of CPU samples spinning on a lock, 61 %
-under ``alloc_iova`` from the NVMe submission path; DOMAIN.md section 1) was invisible to
+under ``alloc_iova`` from the NVMe submission path, drivers/iommu/iova.c) was invisible to
 every counter and only a one-off ``perf`` profile found it. This package turns that
 profile into numbers that are always there:
 

@@ -6,7 +6,7 @@ Every sample gets exactly one class, tried in this order:
 
 ``spinlock_iommu``
     The chain contains a queued spin-lock slow path and a function above it (a caller)
-    is IOMMU or IOVA code: the reference cluster's 77 %/61 % profile (DOMAIN.md section 1).
+    is IOMMU or IOVA code: the reference cluster's 77 %/61 % profile.
 ``spinlock``
     The chain contains a queued spin-lock slow path (any other lock).
 ``iommu``
@@ -60,7 +60,7 @@ SPIN_SLOWPATHS = frozenset(
     }
 )
 
-# IOMMU and IOVA code, as issue 5 lists it: alloc_iova*, free_iova*, queue_iova,
+# IOMMU and IOVA code: alloc_iova*, free_iova*, queue_iova,
 # iommu_dma_*, fq_flush_*, iova_*, intel_iommu_*, amd_iommu_*, arm_smmu_* (drivers/iommu/
 # iova.c, dma-iommu.c, intel/, amd/, arm/arm-smmu*/). Matched after stripping leading
 # underscores, so the internal __iommu_dma_map and __iommu_dma_unmap count too.

@@ -35,27 +35,29 @@ import time
 from collections.abc import Sequence
 from enum import Enum, auto
 
-from cephnode_exporter.kprofile.runner import (
+from cephnode_exporter.kprofile.decoder import Decoder
+from cephnode_exporter.kprofile.perf import (
     CHUNK,
-    POLL_SECONDS,
-    STDERR_GRACE_SECONDS,
-    STDERR_KEEP,
-    Decoder,
     Observer,
     Outcome,
     PerfConfig,
     Report,
     SpawnHook,
     diagnose,
+    perf_env,
+    preflight,
+    record_command,
+    script_command,
+)
+from cephnode_exporter.kprofile.procs import (
+    POLL_SECONDS,
+    STDERR_GRACE_SECONDS,
+    STDERR_KEEP,
     exited_unreaped,
     kill_and_reap,
     over_memory,
     overran,
-    perf_env,
-    preflight,
     reap_leftovers,
-    record_command,
-    script_command,
 )
 
 # Ring buffer pages per CPU (-m, a power of two): 64 KiB. At 49 Hz and a few hundred
@@ -74,7 +76,7 @@ class Recorder:
 
     def __init__(self, config: PerfConfig) -> None:
         self.config = config
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.preamble = b""
         self.stderr = bytearray()  # its last STDERR_TAIL bytes
         self._ctl = self._ack = self._err = self._data = -1
@@ -286,7 +288,7 @@ class _Window:
         self.perf = perf
         self.deadline = deadline
         self.decoder = Decoder(config, observe)
-        self.script: subprocess.Popen | None = None
+        self.script: subprocess.Popen[bytes] | None = None
         self.script_err = bytearray()
         self.pending = bytearray()
         self.phase = _Phase.ENABLE

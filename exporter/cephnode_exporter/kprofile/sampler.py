@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from cephnode_exporter.kprofile.classify import CLASSES
-from cephnode_exporter.kprofile.recorder import Recorder, run_recorded_window
-from cephnode_exporter.kprofile.runner import (
+from cephnode_exporter.kprofile.perf import (
     COUNTED,
     OPTIONAL_RECORD_FLAGS,
     Observer,
@@ -32,8 +31,9 @@ from cephnode_exporter.kprofile.runner import (
     Report,
     SpawnHook,
     Window,
-    run_window,
 )
+from cephnode_exporter.kprofile.recorder import Recorder, run_recorded_window
+from cephnode_exporter.kprofile.runner import run_window
 from cephnode_exporter.logs import kv
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,39 @@
+"""Facts of the ``iommu`` collector, judged by checks/iommu.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cephnode_exporter.hostfs import ReadErrors
+
+
+@dataclass(frozen=True)
+class ControllerIommu:
+    """How one NVMe controller's DMA reaches memory.
+
+    ``translated`` is None when it cannot be told (see ``why``): a fabrics controller, an
+    unreadable link or type, a kernel without the type file, a type such as "blocked".
+    """
+
+    controller: str
+    group: str | None
+    domain_type: str | None
+    translated: bool | None
+    why: str
+    # True when ``translated`` is None because a file was unreadable (the check says
+    # unknown), not because the kernel's state cannot tell (the check skips).
+    unreadable: bool = False
+
+
+@dataclass
+class IommuFacts:
+    units: list[str] | None  # None: /sys/class/iommu unreadable
+    params: dict[str, str] | None  # None: /proc/cmdline unreadable
+    controllers: list[ControllerIommu] = field(default_factory=list)
+    errors: ReadErrors = field(default_factory=ReadErrors)
+    # Controllers left out by --collector.nvme.max-devices.
+    items_dropped: int = 0
+
+    @property
+    def active(self) -> bool | None:
+        return None if self.units is None else bool(self.units)

@@ -1,0 +1,37 @@
+"""Facts of the ``nvme`` collector, judged by checks/nvme.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cephnode_exporter.hostfs import ReadErrors
+from cephnode_exporter.hostfs.nvme import BlockQueue, ControllerIdentity
+from cephnode_exporter.hostfs.pci import LinkState
+
+
+@dataclass(frozen=True)
+class ControllerFacts:
+    name: str
+    pci: str | None  # PCI function, None for fabrics controllers
+    identity: ControllerIdentity
+    queue_count: int | None
+    link: LinkState | None  # the trained link; None without a PCI function
+    max_link: LinkState | None
+    temperature_celsius: float | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceFacts:
+    name: str
+    controllers: tuple[str, ...]
+    queue: BlockQueue
+
+
+@dataclass
+class NvmeFacts:
+    controllers: list[ControllerFacts] = field(default_factory=list)
+    namespaces: list[NamespaceFacts] = field(default_factory=list)
+    generation: int = 0
+    errors: ReadErrors = field(default_factory=ReadErrors)
+    # Controllers plus namespaces left out by --collector.nvme.max-devices.
+    items_dropped: int = 0
