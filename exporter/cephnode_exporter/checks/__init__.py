@@ -194,6 +194,15 @@ def concrete(specs: Mapping[str, CheckSpec]) -> dict[str, CheckSpec]:
 
 def load_all() -> dict[str, CheckSpec]:
     """Import the check modules (registration happens on import)."""
-    from cephnode_exporter.checks import cpu, iommu, kernel, kprofile, net, nvme, osd  # noqa: F401
+    from cephnode_exporter.checks import (  # noqa: F401
+        cpu,
+        iommu,
+        irq,
+        kernel,
+        kprofile,
+        net,
+        nvme,
+        osd,
+    )
 
     return CHECKS
