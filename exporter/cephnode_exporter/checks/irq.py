@@ -28,8 +28,9 @@ def _hint(dev: DeviceIRQs, facts: IRQFacts) -> str:
     return (
         f"{balance}, or write the device's local CPUs{local} to "
         "/proc/irq/<N>/smp_affinity_list for each of its interrupts (the NIC vendor's "
-        "set_irq_affinity scripts do this); kernel-managed NVMe queue interrupts follow "
-        "the kernel's spreading and cannot be set"
+        "set_irq_affinity scripts do this); a port with more queues than its node has CPUs "
+        "spreads the rest off the node: ethtool -L <dev> combined <local CPUs>; "
+        "kernel-managed NVMe queue interrupts follow the kernel's spreading and cannot be set"
     )
 
 
