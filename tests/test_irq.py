@@ -13,11 +13,11 @@ import pytest
 from cephnode_exporter.checks import Status
 from cephnode_exporter.hostfs import HostFS, ParseError
 from cephnode_exporter.hostfs.irq import (
+    IRQReader,
     format_cpulist,
     irqbalance_running,
     parse_affinity,
     pci_devices,
-    read_irq,
     unreadable_reason,
 )
 
@@ -236,7 +236,7 @@ def test_unreadable_vector_does_not_hide_a_deviation(make_tree: MakeTree) -> Non
 
 def test_missing_effective_list_falls_back_to_allowed(make_tree: MakeTree) -> None:
     tree = make_tree("epyc9454p-tuned", faults={f"{ADMIN}/effective_affinity_list": "missing"})
-    irq = read_irq(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)), 110)
+    irq = IRQReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))).read(110)
     assert irq is not None and irq.effective == irq.allowed == frozenset(range(96))
     assert not irq.managed
 
@@ -300,3 +300,41 @@ def test_this_machines_interrupts() -> None:
             )
         assert value(result, "cephnode_device_irq_cpus", device=name, kind=kind) == len(cpus)
         assert results(result)[name].status in (Status.PASS, Status.FAIL)  # type: ignore[attr-defined]
+
+
+def test_kept_files_follow_changes_between_scrapes(make_tree: MakeTree) -> None:
+    """The reader keeps affinity files open: a moved interrupt is seen on the next
+    scrape, and a vector whose handler went is no longer counted and its files closed."""
+    from cephnode_exporter.cli import parse_args
+    from cephnode_exporter.collectors.base import CollectorContext
+    from cephnode_exporter.collectors.irq import IRQCollector
+
+    tree = make_tree("epyc9454p-tuned")
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+    collector = IRQCollector(CollectorContext(fs, parse_args(["dump", *tree.flags]), None))
+    try:
+        first = {d.device: d for d in collector.read().devices}
+        assert len(first["ens1f0np0"].irqs) == 97
+        port = 110 + 10 * 97
+        for n in range(port, port + 97):  # a script pins the first port to cpu5
+            for name in ("smp_affinity_list", "effective_affinity_list"):
+                (tree.proc / "irq" / str(n) / name).write_text("5\n")
+        # nvme0's last I/O queue vector (managed, cached) and the second port's last
+        # vector (kept open) freed: pci_free_irq_vectors() frees the descriptor, so its
+        # msi_irqs entry and its /proc/irq directory go together.
+        last_port = port + 97 + 96
+        assert any(f"/irq/{last_port}/" in path for path in collector._reader._files._fds)
+        for link, n in (("nvme/nvme0", 206), ("net/ens1f1np1", last_port)):
+            (tree.sys / "class" / link / "device" / "msi_irqs" / str(n)).unlink()
+            for name in os.listdir(tree.proc / "irq" / str(n)):
+                path = tree.proc / "irq" / str(n) / name
+                path.rmdir() if path.is_dir() else path.unlink()
+            (tree.proc / "irq" / str(n)).rmdir()
+        second = {d.device: d for d in collector.read().devices}
+        cpus = {c for irq in second["ens1f0np0"].irqs for c in irq.effective}
+        assert cpus == {5}
+        assert len(second["nvme0"].irqs) == 96 and not second["nvme0"].unread
+        assert len(second["ens1f1np1"].irqs) == 96 and not second["ens1f1np1"].unread
+        assert all(f"/irq/{last_port}/" not in path for path in collector._reader._files._fds)
+    finally:
+        collector.close()

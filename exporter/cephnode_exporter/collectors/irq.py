@@ -26,6 +26,7 @@ from cephnode_exporter.collectors.base import (
 )
 from cephnode_exporter.hostfs.irq import (
     IRQFacts,
+    IRQReader,
     effective_cpus,
     irqbalance_running,
     pci_devices,
@@ -52,6 +53,10 @@ class IRQCollector(Collector):
             int(getattr(ctx.options, "collector_irq_max_devices", DEFAULT_MAX_DEVICES)),
         )
         self._irqbalance_pid: int | None = None
+        self._reader = IRQReader(ctx.fs)
+
+    def close(self) -> None:
+        self._reader.close()
 
     @classmethod
     def add_arguments(cls, parser: argparse._ActionsContainer) -> None:
@@ -72,13 +77,15 @@ class IRQCollector(Collector):
             found, key=lambda d: (d[1] != "nvme", natural_key(d[0]))
         )
         facts.node_cpus = read_node_cpus_safe(fs, facts.errors)
+        seen: set[int] = set()
         for name, kind, bdf, pci_dir in kept:
-            dev = read_device(fs, name, kind, bdf, pci_dir)
+            dev = read_device(self._reader, name, kind, bdf, pci_dir, seen)
             for reason in dev.unread.values():
                 facts.errors.items.append(reason)
             if dev.numa_error is not None:
                 facts.errors.items.append(dev.numa_error)
             facts.devices.append(dev)
+        self._reader.done(seen)
         try:
             running, self._irqbalance_pid = irqbalance_running(fs, self._irqbalance_pid)
             facts.irqbalance = running

@@ -39,9 +39,11 @@ import stat
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    AttrFiles,
     HostFS,
     ParseError,
     ReadErrors,
+    fd_budget,
     list_dir,
     open_regular,
     parse_cpulist,
@@ -103,6 +105,9 @@ class IRQFacts:
 def parse_affinity(text: str, path: str) -> frozenset[int]:
     """A cpulist affinity file; an empty list is possible (a managed interrupt whose
     CPUs are all offline is shut down and lists none in effective_affinity_list)."""
+    text = text.strip()
+    if text.isdigit() and len(text) < 5:  # the common case: one CPU
+        return frozenset((int(text),))
     try:
         return frozenset(parse_cpulist(text))
     except ValueError as exc:
@@ -130,23 +135,109 @@ def unreadable_reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def read_irq(fs: HostFS, number: int) -> IRQ | None:
-    """``/proc/irq/<number>``; None when the IRQ has no handler (no directory)."""
-    base = fs.proc("irq", str(number))
-    allowed_path = os.path.join(base, "smp_affinity_list")
-    try:
-        mode = os.stat(allowed_path).st_mode
-        allowed = parse_affinity(read_text(allowed_path), allowed_path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, allowed_path) from None
-    effective_path = os.path.join(base, "effective_affinity_list")
-    try:
-        effective = parse_affinity(read_text(effective_path), effective_path)
-    except FileNotFoundError:
-        effective = allowed  # before 4.13, or without an effective mask
-    return IRQ(number, allowed, effective, managed=not mode & stat.S_IWUSR)
+class IRQReader:
+    """Reads ``/proc/irq/<N>`` affinity files, keeping them open between scrapes.
+
+    A 96-CPU node with ten NVMe drives and two ports has over a thousand vectors, so
+    open/read/close of two files each costs tens of milliseconds a scrape. The files are
+    procfs seq_files that regenerate on a read from offset 0 (AttrFiles), so they are
+    kept open and re-read with pread. Two facts of a vector never change while its
+    handler exists and are cached per IRQ number: whether it is kernel-managed (the
+    write bit) and, for a managed one, its allowed CPUs (fixed at allocation by
+    kernel/irq/affinity.c), and with them, for a managed vector of one CPU (an NVMe
+    queue per CPU), where it is served. A vector whose handler went (``/proc/irq/<N>``
+    removed) makes a kept descriptor fail; the read is retried once on a fresh open,
+    which then says whether the IRQ came back under another device.
+    """
+
+    # Share of the descriptor limit (cpuidle keeps 0.5, OSD threads 0.25).
+    FD_SHARE = 0.1
+
+    def __init__(self, fs: HostFS) -> None:
+        self._fs = fs
+        self._files = AttrFiles(fd_budget(self.FD_SHARE))
+        self._managed: dict[int, bool] = {}
+        self._allowed: dict[int, frozenset[int]] = {}
+        self._fixed: dict[int, IRQ] = {}
+        self._seen: frozenset[int] = frozenset()
+        self._root = fs.proc("irq")
+
+    def _paths(self, number: int) -> tuple[str, str]:
+        base = f"{self._root}/{number}"
+        return f"{base}/smp_affinity_list", f"{base}/effective_affinity_list"
+
+    def close(self) -> None:
+        self._files.close_all()
+        self._managed, self._allowed, self._fixed, self._seen = {}, {}, {}, frozenset()
+
+    def _read(self, path: str) -> str:
+        try:
+            data = self._files.read_bytes(path, 4096)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            data = self._files.read_bytes(path, 4096)  # a stale descriptor: once afresh
+        return data.decode("ascii", "replace")
+
+    def read(self, number: int) -> IRQ | None:
+        """``/proc/irq/<number>``; None when the IRQ has no handler (no directory)."""
+        fixed = self._fixed.get(number)
+        if fixed is not None:
+            return fixed
+        allowed_path, effective_path = self._paths(number)
+        try:
+            managed = self._managed.get(number)
+            if managed is None:
+                managed = not os.stat(allowed_path).st_mode & stat.S_IWUSR
+            if managed:  # read once: the kernel fixed it at allocation
+                allowed = self._allowed.get(number) or parse_affinity(
+                    read_text(allowed_path), allowed_path
+                )
+            else:
+                allowed = parse_affinity(self._read(allowed_path), allowed_path)
+        except FileNotFoundError:
+            self._forget(number)
+            return None
+        except OSError as exc:
+            self._forget(number)
+            raise OSError(exc.errno, exc.strerror, allowed_path) from None
+        try:
+            if managed and len(allowed) == 1:
+                # A managed vector never leaves its mask: on CPU hot-unplug the kernel
+                # shuts it down instead (kernel/irq/cpuhotplug.c), so with one CPU in
+                # the mask that CPU is the one serving it, and nothing is re-read.
+                effective = allowed
+            else:
+                effective = parse_affinity(self._read(effective_path), effective_path)
+        except FileNotFoundError:
+            effective = allowed  # before 4.13, or without an effective mask
+        except ParseError:
+            self._forget(number)
+            raise
+        self._managed[number] = managed
+        irq = IRQ(number, allowed, effective, managed=managed)
+        if managed:
+            self._allowed[number] = allowed
+            if len(allowed) == 1:
+                self._fixed[number] = irq  # nothing of it can change: see above
+        return irq
+
+    def _forget(self, number: int) -> None:
+        self._fixed.pop(number, None)
+        self._managed.pop(number, None)
+        self._allowed.pop(number, None)
+
+    def done(self, numbers: set[int]) -> None:
+        """After a scrape: drop what belongs to IRQs no longer read (closing their files),
+        only when the set changed."""
+        current = frozenset(numbers)
+        if current == self._seen:
+            return
+        self._seen = current
+        for number in [n for n in (*self._managed, *self._fixed) if n not in current]:
+            self._forget(number)
+        keep = {path for n in current for path in self._paths(n)}
+        self._files.close_under(self._root + os.sep, keep)
 
 
 def device_vectors(pci_dir: str) -> list[int]:
@@ -197,8 +288,11 @@ def pci_devices(fs: HostFS) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def read_device(fs: HostFS, name: str, kind: str, bdf: str, pci_dir: str) -> DeviceIRQs:
-    """One device's NUMA node and interrupts; per-item errors are kept on the result."""
+def read_device(
+    reader: IRQReader, name: str, kind: str, bdf: str, pci_dir: str, seen: set[int]
+) -> DeviceIRQs:
+    """One device's NUMA node and interrupts; per-item errors are kept on the result.
+    The IRQ numbers read are added to ``seen``."""
     dev = DeviceIRQs(name, kind, bdf, None)
     numa_path = os.path.join(pci_dir, "numa_node")
     try:
@@ -214,8 +308,9 @@ def read_device(fs: HostFS, name: str, kind: str, bdf: str, pci_dir: str) -> Dev
         dev.unread[-1] = unreadable_reason(exc)
         return dev
     for number in vectors:
+        seen.add(number)
         try:
-            irq = read_irq(fs, number)
+            irq = reader.read(number)
         except (OSError, ParseError) as exc:
             dev.unread[number] = unreadable_reason(exc)
             continue
