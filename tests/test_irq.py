@@ -213,7 +213,7 @@ ADMIN = "proc/irq/110"
 
 @pytest.mark.parametrize("kind", ["eio", "garbage", "fifo"])
 def test_unreadable_affinity_is_unknown_not_pass(make_tree: MakeTree, kind: str) -> None:
-    tree = make_tree("epyc9454p-tuned", faults={f"{ADMIN}/smp_affinity_list": kind})
+    tree = make_tree("epyc9454p-tuned", faults={f"{ADMIN}/effective_affinity_list": kind})
     result = collect(tree.flags)
     r = results(result)["nvme0"]
     assert r.status == Status.UNKNOWN  # type: ignore[attr-defined]
@@ -338,3 +338,18 @@ def test_kept_files_follow_changes_between_scrapes(make_tree: MakeTree) -> None:
         assert all(f"/irq/{last_port}/" not in path for path in collector._reader._files._fds)
     finally:
         collector.close()
+
+
+def test_managed_vector_with_a_garbage_mask_is_unknown(make_tree: MakeTree) -> None:
+    """A managed vector's mask is read (once) to know where it is served; garbage
+    there makes the device unknown, not a pass."""
+    tree = make_tree("epyc9454p-tuned")
+    path = tree.proc / "irq" / "111" / "smp_affinity_list"
+    path.chmod(0o644)
+    path.write_text("?garbage@value!\n")
+    path.chmod(0o444)  # still read-only: still a managed vector
+    result = collect(tree.flags)
+    r = results(result)["nvme0"]
+    assert r.status == Status.UNKNOWN  # type: ignore[attr-defined]
+    assert "garbage" in r.observed  # type: ignore[attr-defined]
+    assert value(result, "cephnode_device_irqs", device="nvme0", kind="nvme") is None

@@ -72,7 +72,9 @@ class IRQ:
     """One interrupt of a device, as ``/proc/irq/<number>`` shows it."""
 
     number: int
-    allowed: frozenset[int]  # smp_affinity_list
+    # smp_affinity_list; None when not read (a vector that is not managed and has an
+    # effective list: only where it is served matters).
+    allowed: frozenset[int] | None
     effective: frozenset[int]  # effective_affinity_list, or allowed without it
     managed: bool  # affinity not settable from user space (kernel-managed spreading)
 
@@ -180,11 +182,15 @@ class IRQReader:
         return data.decode("ascii", "replace")
 
     def read(self, number: int) -> IRQ | None:
-        """``/proc/irq/<number>``; None when the IRQ has no handler (no directory)."""
+        """``/proc/irq/<number>``; None when the IRQ has no handler (no directory).
+
+        The allowed list of a vector that is not managed is read only where the kernel
+        has no effective list: what the checks judge is where it is served."""
         fixed = self._fixed.get(number)
         if fixed is not None:
             return fixed
         allowed_path, effective_path = self._paths(number)
+        allowed: frozenset[int] | None = None
         try:
             managed = self._managed.get(number)
             if managed is None:
@@ -193,30 +199,30 @@ class IRQReader:
                 allowed = self._allowed.get(number) or parse_affinity(
                     read_text(allowed_path), allowed_path
                 )
-            else:
-                allowed = parse_affinity(self._read(allowed_path), allowed_path)
-        except FileNotFoundError:
-            self._forget(number)
-            return None
-        except OSError as exc:
-            self._forget(number)
-            raise OSError(exc.errno, exc.strerror, allowed_path) from None
-        try:
-            if managed and len(allowed) == 1:
+            if allowed is not None and len(allowed) == 1:
                 # A managed vector never leaves its mask: on CPU hot-unplug the kernel
                 # shuts it down instead (kernel/irq/cpuhotplug.c), so with one CPU in
                 # the mask that CPU is the one serving it, and nothing is re-read.
                 effective = allowed
             else:
-                effective = parse_affinity(self._read(effective_path), effective_path)
+                try:
+                    effective = parse_affinity(self._read(effective_path), effective_path)
+                except FileNotFoundError:
+                    if not os.path.isdir(os.path.dirname(effective_path)):
+                        raise
+                    # Before 4.13, or without an effective mask: the allowed list.
+                    if allowed is None:
+                        allowed = parse_affinity(self._read(allowed_path), allowed_path)
+                    effective = allowed
         except FileNotFoundError:
-            effective = allowed  # before 4.13, or without an effective mask
-        except ParseError:
+            self._forget(number)
+            return None
+        except (OSError, ParseError):
             self._forget(number)
             raise
         self._managed[number] = managed
         irq = IRQ(number, allowed, effective, managed=managed)
-        if managed:
+        if managed and allowed is not None:
             self._allowed[number] = allowed
             if len(allowed) == 1:
                 self._fixed[number] = irq  # nothing of it can change: see above
