@@ -16,8 +16,17 @@ from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from cephnode_exporter.collectors.base import Collector, metric_name, register
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    metric_name,
+    register,
+)
+from cephnode_exporter.hostfs import AttrFiles, fd_budget
 from cephnode_exporter.hostfs.cpuhw import CPUHWFacts, read_cpuhw
+
+# Share of the descriptor limit for the per-CPU frequency files (one per CPU).
+FD_SHARE = 0.02
 
 
 @register
@@ -25,8 +34,15 @@ class CPUHWCollector(Collector):
     name = "cpuhw"
     help = "Achieved CPU frequency (cpuinfo_avg_freq or scaling_cur_freq), perf C-state/MSR events"
 
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        self._files = AttrFiles(fd_budget(FD_SHARE))
+
+    def close(self) -> None:
+        self._files.close_all()
+
     def read(self) -> CPUHWFacts:
-        return read_cpuhw(self.ctx.fs)
+        return read_cpuhw(self.ctx.fs, self._files)
 
     def metrics(self, facts: CPUHWFacts) -> Iterable[Metric]:
         freq = facts.frequencies

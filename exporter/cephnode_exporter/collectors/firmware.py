@@ -14,8 +14,13 @@ from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from cephnode_exporter.collectors.base import Collector, metric_name, register
-from cephnode_exporter.hostfs.firmware import FirmwareFacts, read_firmware
+from cephnode_exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    metric_name,
+    register,
+)
+from cephnode_exporter.hostfs.firmware import FirmwareFacts, FirmwareReader
 
 
 def _info(name: str, doc: str, labels: dict[str, str]) -> Metric:
@@ -29,8 +34,15 @@ class FirmwareCollector(Collector):
     name = "firmware"
     help = "BIOS vendor/version/date, system product, CPU microcode revision, kernel release"
 
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        self._reader = FirmwareReader(ctx.fs)
+
+    def close(self) -> None:
+        self._reader.close()
+
     def read(self) -> FirmwareFacts:
-        return read_firmware(self.ctx.fs)
+        return self._reader.read()
 
     def metrics(self, facts: FirmwareFacts) -> Iterable[Metric]:
         if facts.dmi is not None:

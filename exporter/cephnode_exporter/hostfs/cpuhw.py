@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    AttrFiles,
     HostFS,
     ParseError,
     ReadErrors,
@@ -83,9 +84,12 @@ def parse_khz(text: str, path: str) -> float:
     return khz * 1000.0
 
 
-def read_frequencies(fs: HostFS, errors: ReadErrors) -> Frequencies | None:
+def read_frequencies(
+    fs: HostFS, errors: ReadErrors, files: AttrFiles | None = None
+) -> Frequencies | None:
     """The achieved frequency of every online CPU, from the best source the first
-    online CPU has; None when it has neither (no cpufreq)."""
+    online CPU has; None when it has neither (no cpufreq). ``files`` keeps the per-CPU
+    files open between scrapes (sysfs attributes regenerate on every pread)."""
     try:
         cpus = online_cpus(fs, errors)
     except (OSError, ParseError) as exc:
@@ -100,7 +104,8 @@ def read_frequencies(fs: HostFS, errors: ReadErrors) -> Frequencies | None:
     for cpu in cpus:
         path = cpu_dir(fs, cpu, "cpufreq", source)
         try:
-            out.hertz.append(parse_khz(read_text(path), path))
+            text = files.read_bytes(path).decode() if files is not None else read_text(path)
+            out.hertz.append(parse_khz(text.strip(), path))
         except FileNotFoundError:
             continue  # a CPU without a policy (offlined meanwhile)
         except OSError as exc:
@@ -134,9 +139,9 @@ def read_pmus(fs: HostFS, errors: ReadErrors) -> dict[str, list[str]]:
     return out
 
 
-def read_cpuhw(fs: HostFS) -> CPUHWFacts:
+def read_cpuhw(fs: HostFS, files: AttrFiles | None = None) -> CPUHWFacts:
     facts = CPUHWFacts()
-    facts.frequencies = read_frequencies(fs, facts.errors)
+    facts.frequencies = read_frequencies(fs, facts.errors, files)
     facts.pmus = read_pmus(fs, facts.errors)
     path = fs.proc("sys", "kernel", "perf_event_paranoid")
     try:

@@ -27,9 +27,11 @@ import re
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    AttrFiles,
     HostFS,
     ParseError,
     ReadErrors,
+    fd_budget,
     open_regular,
     read_optional_text,
     read_text,
@@ -100,8 +102,11 @@ def parse_cpuinfo_microcode(head: str, path: str) -> str | None:
     return None
 
 
-def read_microcode(fs: HostFS, errors: ReadErrors) -> tuple[list[str] | None, str]:
-    """Distinct revisions and where they came from; (None, "") when not exposed."""
+def read_microcode(
+    fs: HostFS, errors: ReadErrors, files: AttrFiles | None = None
+) -> tuple[list[str] | None, str]:
+    """Distinct revisions and where they came from; (None, "") when not exposed.
+    ``files`` keeps the per-CPU files open between scrapes."""
     try:
         cpus = online_cpus(fs, errors)
     except (OSError, ParseError) as exc:
@@ -111,7 +116,8 @@ def read_microcode(fs: HostFS, errors: ReadErrors) -> tuple[list[str] | None, st
     for cpu in cpus:
         path = cpu_dir(fs, cpu, "microcode", "version")
         try:
-            revisions.add(parse_revision(read_text(path), path))
+            text = files.read_bytes(path).decode() if files is not None else read_text(path)
+            revisions.add(parse_revision(text, path))
         except FileNotFoundError:
             if revisions:
                 errors.add(ParseError(path, "missing while other CPUs have it"))
@@ -137,16 +143,62 @@ def read_microcode(fs: HostFS, errors: ReadErrors) -> tuple[list[str] | None, st
     return ([revision], "cpuinfo") if revision is not None else (None, "")
 
 
-def read_firmware(fs: HostFS) -> FirmwareFacts:
-    facts = FirmwareFacts()
-    facts.dmi = read_dmi(fs, facts.errors)
-    facts.microcode, facts.microcode_source = read_microcode(fs, facts.errors)
+def read_kernel_release(fs: HostFS, errors: ReadErrors) -> str | None:
     path = fs.proc("sys", "kernel", "osrelease")
     try:
         release = read_text(path)
         if not release or len(release) > 64 or any(c.isspace() for c in release):
             raise ParseError(path, f"not a kernel release: {release[:40]!r}")
-        facts.kernel_release = release
+        return release
     except (OSError, ParseError) as exc:
-        facts.errors.add(exc)
-    return facts
+        errors.add(exc)
+        return None
+
+
+class FirmwareReader:
+    """Reads the firmware facts, the static ones once.
+
+    DMI comes from the SMBIOS tables the kernel copied at boot (drivers/firmware/dmi_scan.c)
+    and the kernel release is the running kernel's: neither changes before a reboot,
+    which restarts the exporter, so each is read until it was read without error once.
+    Microcode can be updated at runtime (late loading) and is read every scrape, from
+    files kept open.
+    """
+
+    FD_SHARE = 0.02
+
+    def __init__(self, fs: HostFS) -> None:
+        self._fs = fs
+        self._files = AttrFiles(fd_budget(self.FD_SHARE))
+        self._dmi: tuple[dict[str, str] | None] | None = None
+        self._release: str | None = None
+
+    def close(self) -> None:
+        self._files.close_all()
+
+    def read(self) -> FirmwareFacts:
+        facts = FirmwareFacts()
+        if self._dmi is None:
+            before = len(facts.errors)
+            dmi = read_dmi(self._fs, facts.errors)
+            if len(facts.errors) == before:
+                self._dmi = (dmi,)
+            facts.dmi = dmi
+        else:
+            facts.dmi = self._dmi[0]
+        facts.microcode, facts.microcode_source = read_microcode(
+            self._fs, facts.errors, self._files
+        )
+        if self._release is None:
+            self._release = read_kernel_release(self._fs, facts.errors)
+        facts.kernel_release = self._release
+        return facts
+
+
+def read_firmware(fs: HostFS) -> FirmwareFacts:
+    """One read of everything, nothing kept (tests and one-shot use)."""
+    reader = FirmwareReader(fs)
+    try:
+        return reader.read()
+    finally:
+        reader.close()
