@@ -1,11 +1,13 @@
 """Collector ``thp``: the transparent huge page mode.
 
-Exported, not judged: Ceph daemons turn THP off for themselves at start-up unless the
-``thp`` option is true (its default is false; ceph/ceph src/common/options/global.yaml.in:
-"Ceph is known to suffer from memory fragmentation due to THP use. This is indicated by
-RSS usage above configured memory targets"), so the system-wide mode does not reach the
-OSDs on a default configuration. The mode is still a tuning fact: other processes on the
-node (and OSDs with ``thp = true``) follow it, and a change is reported with the others.
+Exported, not judged: Ceph's ``thp`` option (default false; ceph/ceph
+src/common/options/global.yaml.in: "enable transparent huge page (THP) support ... Ceph
+is known to suffer from memory fragmentation due to THP use. This is indicated by RSS
+usage above configured memory targets") keeps its daemons off THP by its description,
+so the system-wide mode does not decide what a default OSD does; what an OSD really does
+is per process (``THP_enabled`` in /proc/<pid>/status), the osd collector's to read.
+The mode is still a tuning fact: other processes on the node (and OSDs with
+``thp = true``) follow it, and a change is reported with the others.
 """
 
 from __future__ import annotations
