@@ -21,9 +21,10 @@ from tests.conftest import (
     value,
 )
 
-# The detuned node's IOMMU and NVMe checks fail too (tests/test_iommu.py, test_nvme.py);
-# tests of the exit code on the CPU checks alone leave those collectors off.
-NO_HOST_IO = ("--no-collector.iommu", "--no-collector.nvme")
+# The detuned node's IOMMU, NVMe and interrupt checks fail too (tests/test_iommu.py,
+# test_nvme.py, test_irq.py); tests of the exit code on the CPU checks alone leave those
+# collectors off.
+NO_HOST_IO = ("--no-collector.iommu", "--no-collector.nvme", "--no-collector.irq")
 
 
 def check_json(tree: Tree, *extra: str) -> tuple[int, dict]:
@@ -107,6 +108,7 @@ def test_text_report_is_a_readable_table(node_trees: dict[str, Tree]) -> None:
         "iommu.nvme",
         "nvme.scheduler",
         "nvme.pcie_link",
+        "irq.affinity",
     }
     assert count["warn"] > 0
     assert lines[-1] == "summary: " + ", ".join(f"{count[s]} {s}" for s in order)

@@ -56,6 +56,10 @@ TUNING_FACTS = (
     "tuning_profile_info",
     "nvme_controller_info",
     "osd_info",
+    "bios_info",
+    "cpu_microcode_info",
+    "kernel_release_info",
+    "transparent_hugepage_info",
 )
 # Families whose empty label values mean "not read this scrape" (an OSD's version before
 # it answered, its allocator while its process was unreadable): such a series counts as

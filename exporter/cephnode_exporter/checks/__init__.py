@@ -9,6 +9,7 @@ every collector: a new check module is added to the import below.
 from cephnode_exporter.checks import (  # noqa: F401  (registration)
     cpu,
     iommu,
+    irq,
     kernel,
     kprofile,
     net,

@@ -2,14 +2,18 @@
 
 from cephnode_exporter.collectors import (  # noqa: F401  (registration)
     cpufreq,
+    cpuhw,
     cpuidle,
+    firmware,
     iommu,
+    irq,
     kernel,
     kprofile,
     net,
     nvme,
     osd,
     pgs,
+    thp,
 )
 from cephnode_exporter.collectors.base import REGISTRY, Collector, CollectorContext
 

@@ -1,0 +1,392 @@
+"""Where the interrupts of NVMe controllers and network ports are served.
+
+Sources, all world-readable (no root needed unless procfs is mounted with ``hidepid``
+or the exporter runs in a container without the host's ``/proc/irq``):
+
+- ``/sys/bus/pci/devices/<bdf>/msi_irqs/<N>`` (Documentation/ABI/testing/sysfs-bus-pci,
+  "msi_irqs"): one entry per MSI/MSI-X vector the driver allocated, named by its Linux
+  IRQ number. A device without MSI has none; its legacy line is the ``irq`` attribute.
+- ``/proc/irq/<N>/smp_affinity_list`` and ``effective_affinity_list``
+  (Documentation/core-api/irq/irq-affinity.rst, kernel/irq/proc.c): the CPUs the
+  interrupt may be sent to, and those it is actually routed to (on x86 one CPU of the
+  former, chosen by the vector matrix allocator). ``effective_affinity_list`` exists
+  since Linux 4.13 with CONFIG_GENERIC_IRQ_EFFECTIVE_AFF_MASK (x86 has it); without it
+  the allowed list stands in.
+- ``/proc/irq/<N>`` exists only once a handler was requested (``register_irq_proc()``
+  is called from ``__setup_irq()``, kernel/irq/manage.c): a vector allocated but never
+  requested has no directory and is not an interrupt the device uses.
+- The write bit of ``smp_affinity_list``: register_irq_proc() gives the affinity files
+  S_IWUSR only when ``irq_can_set_affinity_usr()`` allows it, which it refuses for
+  kernel-managed interrupts (IRQD_AFFINITY_MANAGED). NVMe I/O queue vectors are
+  managed: drivers/nvme/host/pci.c allocates them with PCI_IRQ_AFFINITY, so
+  kernel/irq/affinity.c spreads them over every CPU, node by node, and blk-mq maps each
+  CPU to the queue whose interrupt is on it. Such a vector serving CPUs of another node
+  is the design (the CPU that submitted the I/O completes it), not a misplacement.
+- ``/sys/bus/pci/devices/<bdf>/numa_node`` (-1: the firmware gives no locality) and
+  ``/sys/devices/system/node/node<N>/cpulist`` (hostfs/numa.py).
+
+``/proc/interrupts`` is not read: its names add nothing the device links do not say,
+and on a 96-CPU node with a thousand vectors it is over a megabyte of text that the
+kernel formats with one column per CPU on every read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from cephnode_exporter.hostfs import (
+    AttrFiles,
+    HostFS,
+    ParseError,
+    ReadErrors,
+    fd_budget,
+    list_dir,
+    open_regular,
+    parse_cpulist,
+    read_text,
+)
+from cephnode_exporter.hostfs.numa import read_node_cpus
+from cephnode_exporter.hostfs.pci import parse_numa_node
+
+# PCI function names as drivers/pci/probe.c makes them ("%04x:%02x:%02x.%d").
+_BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+# Linux IRQ numbers are below IRQ_BITMAP_BITS (NR_IRQS + 8196 with SPARSE_IRQ,
+# kernel/irq/internals.h); nine digits bound a garbage entry name.
+_IRQ_RE = re.compile(r"\d{1,9}")
+# A device never has more vectors than PCI MSI-X allows (2048 per function, PCI Local
+# Bus spec 3.0, MSI-X Table Size is 11 bits): more entries are not a kernel's listing.
+MAX_VECTORS = 2048
+# irqbalance's process name (comm) and the directory where irqbalance 1.8+ keeps its
+# control socket "irqbalance<pid>.sock" (irqbalance/irqbalance.h SOCKET_TMPFS).
+IRQBALANCE_COMM = b"irqbalance\n"
+IRQBALANCE_RUN_DIR = ("run", "irqbalance")
+_SOCK_RE = re.compile(r"irqbalance(\d{1,9})\.sock")
+
+
+@dataclass(frozen=True)
+class IRQ:
+    """One interrupt of a device, as ``/proc/irq/<number>`` shows it."""
+
+    number: int
+    # smp_affinity_list; None when not read (a vector that is not managed and has an
+    # effective list: only where it is served matters).
+    allowed: frozenset[int] | None
+    effective: frozenset[int]  # effective_affinity_list, or allowed without it
+    managed: bool  # affinity not settable from user space (kernel-managed spreading)
+
+
+@dataclass
+class DeviceIRQs:
+    """The interrupts of one NVMe controller or network port's PCI function."""
+
+    device: str  # nvme0, ens1f0np0
+    kind: str  # "nvme" or "net"
+    pci: str  # the PCI function, 0000:41:00.0
+    numa_node: int | None  # None: -1 (no locality from the firmware) or unreadable
+    irqs: list[IRQ] = field(default_factory=list)
+    # IRQs requested by the device whose affinity could not be read: number -> reason.
+    unread: dict[int, str] = field(default_factory=dict)
+    # The device's numa_node file could not be read (the reason); None when it was.
+    numa_error: str | None = None
+
+
+@dataclass
+class IRQFacts:
+    devices: list[DeviceIRQs] = field(default_factory=list)
+    # node -> its online CPUs; None without NUMA support or when unreadable.
+    node_cpus: dict[int, frozenset[int]] | None = None
+    irqbalance: bool | None = None  # None: procfs could not be searched
+    items_dropped: int = 0
+    errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+def parse_affinity(text: str, path: str) -> frozenset[int]:
+    """A cpulist affinity file; an empty list is possible (a managed interrupt whose
+    CPUs are all offline is shut down and lists none in effective_affinity_list)."""
+    text = text.strip()
+    if text.isdigit() and len(text) < 5:  # the common case: one CPU
+        return frozenset((int(text),))
+    try:
+        return frozenset(parse_cpulist(text))
+    except ValueError as exc:
+        raise ParseError(path, str(exc)) from None
+
+
+def format_cpulist(cpus: frozenset[int] | set[int]) -> str:
+    """The kernel's cpulist form of a CPU set ("0-23,48-71"), for reports."""
+    out: list[str] = []
+    ordered = sorted(cpus)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def unreadable_reason(exc: BaseException) -> str:
+    """A reason an operator can act on: permission problems say they need privileges."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{exc.filename}: permission denied (needs root, or procfs without hidepid)"
+    return str(exc)
+
+
+class IRQReader:
+    """Reads ``/proc/irq/<N>`` affinity files, keeping them open between scrapes.
+
+    A 96-CPU node with ten NVMe drives and two ports has over a thousand vectors, so
+    open/read/close of two files each costs tens of milliseconds a scrape. The files are
+    procfs seq_files that regenerate on a read from offset 0 (AttrFiles), so they are
+    kept open and re-read with pread. Two facts of a vector never change while its
+    handler exists and are cached per IRQ number: whether it is kernel-managed (the
+    write bit) and, for a managed one, its allowed CPUs (fixed at allocation by
+    kernel/irq/affinity.c), and with them, for a managed vector of one CPU (an NVMe
+    queue per CPU), where it is served. A vector whose handler went (``/proc/irq/<N>``
+    removed) makes a kept descriptor fail; the read is retried once on a fresh open,
+    which then says whether the IRQ came back under another device.
+    """
+
+    # Share of the descriptor limit (cpuidle keeps 0.5, OSD threads 0.25).
+    FD_SHARE = 0.1
+
+    def __init__(self, fs: HostFS) -> None:
+        self._fs = fs
+        self._files = AttrFiles(fd_budget(self.FD_SHARE))
+        self._managed: dict[int, bool] = {}
+        self._allowed: dict[int, frozenset[int]] = {}
+        self._fixed: dict[int, IRQ] = {}
+        self._seen: frozenset[int] = frozenset()
+        self._root = fs.proc("irq")
+
+    def _paths(self, number: int) -> tuple[str, str]:
+        base = f"{self._root}/{number}"
+        return f"{base}/smp_affinity_list", f"{base}/effective_affinity_list"
+
+    def close(self) -> None:
+        self._files.close_all()
+        self._managed, self._allowed, self._fixed, self._seen = {}, {}, {}, frozenset()
+
+    def _read(self, path: str) -> str:
+        try:
+            data = self._files.read_bytes(path, 4096)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            data = self._files.read_bytes(path, 4096)  # a stale descriptor: once afresh
+        return data.decode("ascii", "replace")
+
+    def read(self, number: int) -> IRQ | None:
+        """``/proc/irq/<number>``; None when the IRQ has no handler (no directory).
+
+        The allowed list of a vector that is not managed is read only where the kernel
+        has no effective list: what the checks judge is where it is served."""
+        fixed = self._fixed.get(number)
+        if fixed is not None:
+            return fixed
+        allowed_path, effective_path = self._paths(number)
+        allowed: frozenset[int] | None = None
+        try:
+            managed = self._managed.get(number)
+            if managed is None:
+                managed = not os.stat(allowed_path).st_mode & stat.S_IWUSR
+            if managed:  # read once: the kernel fixed it at allocation
+                allowed = self._allowed.get(number) or parse_affinity(
+                    read_text(allowed_path), allowed_path
+                )
+            if allowed is not None and len(allowed) == 1:
+                # A managed vector never leaves its mask: on CPU hot-unplug the kernel
+                # shuts it down instead (kernel/irq/cpuhotplug.c), so with one CPU in
+                # the mask that CPU is the one serving it, and nothing is re-read.
+                effective = allowed
+            else:
+                try:
+                    effective = parse_affinity(self._read(effective_path), effective_path)
+                except FileNotFoundError:
+                    if not os.path.isdir(os.path.dirname(effective_path)):
+                        raise
+                    # Before 4.13, or without an effective mask: the allowed list.
+                    if allowed is None:
+                        allowed = parse_affinity(self._read(allowed_path), allowed_path)
+                    effective = allowed
+        except FileNotFoundError:
+            self._forget(number)
+            return None
+        except (OSError, ParseError):
+            self._forget(number)
+            raise
+        self._managed[number] = managed
+        irq = IRQ(number, allowed, effective, managed=managed)
+        if managed and allowed is not None:
+            self._allowed[number] = allowed
+            if len(allowed) == 1:
+                self._fixed[number] = irq  # nothing of it can change: see above
+        return irq
+
+    def _forget(self, number: int) -> None:
+        self._fixed.pop(number, None)
+        self._managed.pop(number, None)
+        self._allowed.pop(number, None)
+
+    def done(self, numbers: set[int]) -> None:
+        """After a scrape: drop what belongs to IRQs no longer read (closing their files),
+        only when the set changed."""
+        current = frozenset(numbers)
+        if current == self._seen:
+            return
+        self._seen = current
+        for number in [n for n in (*self._managed, *self._fixed) if n not in current]:
+            self._forget(number)
+        keep = {path for n in current for path in self._paths(n)}
+        self._files.close_under(self._root + os.sep, keep)
+
+
+def device_vectors(pci_dir: str) -> list[int]:
+    """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line."""
+    names = list_dir(os.path.join(pci_dir, "msi_irqs"))
+    if len(names) > MAX_VECTORS:
+        raise ParseError(pci_dir, f"{len(names)} MSI vectors, more than {MAX_VECTORS}")
+    vectors = sorted(int(n) for n in names if _IRQ_RE.fullmatch(n))
+    if vectors:
+        return vectors
+    try:
+        line = int(read_text(os.path.join(pci_dir, "irq")))
+    except FileNotFoundError:
+        return []
+    except ValueError:
+        raise ParseError(os.path.join(pci_dir, "irq"), "not an integer") from None
+    return [line] if line > 0 else []
+
+
+def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
+    """(BDF, directory) of the PCI function behind a class device's ``device`` link:
+    the link's target or its parent (a virtio device sits below its PCI function).
+    None when the device is not on PCI (virtual, fabrics, platform)."""
+    try:
+        target = os.path.realpath(link, strict=True)
+    except OSError:
+        return None
+    for candidate in (target, os.path.dirname(target)):
+        name = os.path.basename(candidate)
+        if _BDF_RE.fullmatch(name):
+            return name, candidate
+    return None
+
+
+def pci_devices(fs: HostFS) -> list[tuple[str, str, str, str]]:
+    """(name, kind, BDF, PCI directory) of every NVMe controller and network port on
+    PCI, NVMe first, each PCI function once (the first netdev by name when several
+    share one, as switchdev representors or multi-port functions do)."""
+    out: list[tuple[str, str, str, str]] = []
+    seen: set[str] = set()
+    for kind, cls in (("nvme", "nvme"), ("net", "net")):
+        for name in list_dir(fs.sys("class", cls)):
+            found = find_pci_function(fs, fs.sys("class", cls, name, "device"))
+            if found is None or found[0] in seen:
+                continue
+            seen.add(found[0])
+            out.append((name, kind, found[0], found[1]))
+    return out
+
+
+def read_device(
+    reader: IRQReader, name: str, kind: str, bdf: str, pci_dir: str, seen: set[int]
+) -> DeviceIRQs:
+    """One device's NUMA node and interrupts; per-item errors are kept on the result.
+    The IRQ numbers read are added to ``seen``."""
+    dev = DeviceIRQs(name, kind, bdf, None)
+    numa_path = os.path.join(pci_dir, "numa_node")
+    try:
+        node = parse_numa_node(read_text(numa_path), numa_path)
+        dev.numa_node = node if node >= 0 else None
+    except FileNotFoundError:
+        pass  # CONFIG_NUMA off: no numa_node attribute
+    except (OSError, ParseError) as exc:
+        dev.numa_error = unreadable_reason(exc)
+    try:
+        vectors = device_vectors(pci_dir)
+    except (OSError, ParseError) as exc:
+        dev.unread[-1] = unreadable_reason(exc)
+        return dev
+    for number in vectors:
+        seen.add(number)
+        try:
+            irq = reader.read(number)
+        except (OSError, ParseError) as exc:
+            dev.unread[number] = unreadable_reason(exc)
+            continue
+        if irq is not None:
+            dev.irqs.append(irq)
+    return dev
+
+
+def remote_irqs(dev: DeviceIRQs, node_cpus: dict[int, frozenset[int]] | None) -> int | None:
+    """Interrupts of the device not managed by the kernel whose effective CPUs are all
+    outside the device's NUMA node; None when that cannot be told (node unknown, no
+    NUMA topology, or a node without CPUs). Managed ones are spread on purpose."""
+    if dev.numa_node is None or not node_cpus:
+        return None
+    local = node_cpus.get(dev.numa_node)
+    if not local:
+        return None
+    return sum(
+        1 for irq in dev.irqs if not irq.managed and irq.effective and not irq.effective & local
+    )
+
+
+def effective_cpus(dev: DeviceIRQs) -> frozenset[int]:
+    """Every CPU that serves at least one of the device's interrupts."""
+    out: set[int] = set()
+    for irq in dev.irqs:
+        out |= irq.effective
+    return frozenset(out)
+
+
+def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int | None]:
+    """Whether a process named irqbalance runs, and its pid.
+
+    Tries ``hint`` (the pid found last time) first, then the pid in irqbalance's socket
+    name under ``/run/irqbalance``, then every process's ``comm``
+    (Documentation/filesystems/proc.rst): one read when nothing changed, a scan of
+    /proc only when irqbalance is not running or was restarted.
+    Raises OSError when /proc cannot be listed.
+    """
+    candidates: list[int] = [hint] if hint is not None else []
+    for entry in list_dir(fs.root(*IRQBALANCE_RUN_DIR)):
+        m = _SOCK_RE.fullmatch(entry)
+        if m is not None:
+            candidates.append(int(m.group(1)))
+    for pid in candidates:
+        if _comm_is(fs, pid):
+            return True, pid
+    for entry in os.listdir(fs.procfs):
+        if entry.isdigit() and int(entry) not in candidates and _comm_is(fs, int(entry)):
+            return True, int(entry)
+    return False, None
+
+
+def _comm_is(fs: HostFS, pid: int) -> bool:
+    try:
+        fd = open_regular(fs.proc(str(pid), "comm"))
+    except OSError:
+        return False  # gone, or not ours to read
+    try:
+        return os.read(fd, 32) == IRQBALANCE_COMM
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def read_node_cpus_safe(fs: HostFS, errors: ReadErrors) -> dict[int, frozenset[int]] | None:
+    """The NUMA nodes' CPUs; None without NUMA or when unreadable (counted)."""
+    try:
+        return read_node_cpus(fs)
+    except (OSError, ParseError) as exc:
+        errors.add(exc)
+        return None
