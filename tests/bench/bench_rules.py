@@ -173,7 +173,7 @@ def rule_manager(
     dict[str, tuple[int, int]],
 ]:
     """Run the rule files in a Prometheus on ``work/data`` from ``data_end``; per group the
-    evaluation times seen, the rules not healthy at the end, the per-OSD p99 series the
+    evaluation times seen, the rules not healthy at the end, the per-OSD mean series the
     rule manager wrote (newer than the data), the evaluations' first delay after the
     data's end in seconds, and per group its evaluations that overlapped another's.
     Per rule (group, index in the group) too, the evaluation times seen."""
@@ -221,7 +221,7 @@ def rule_manager(
         groups = get(prom, "/api/v1/rules")["groups"]
         unhealthy = {g["name"]: sum(1 for r in g["rules"] if r["health"] != "ok") for g in groups}
         fresh = prom.query(
-            f"count(timestamp(ceph_daemon_op:cephnode_osd_op_latency_quantile_seconds:p99)"
+            f"count(timestamp(ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m)"
             f" > {data_end})"
         )
     p99 = int(float(fresh[0]["value"][1])) if fresh else 0
@@ -240,6 +240,67 @@ def same_times(
     with R.Prometheus(data) as prom:
         _, per_rule, _ = instant_queries(prom, rules, times, repeat)
     return {i: statistics.median(v) for i, v in per_rule.items()}
+
+
+def dashboard_metrics() -> set[str]:
+    """Raw metric names the dashboards' targets read."""
+    from tests import test_dashboards as D
+
+    return {
+        m
+        for name in D.FILES
+        for _, t in D.targets(D.load(name))
+        for m in D.metric_names(t["expr"])
+        if ":" not in m
+    }
+
+
+def dashboard_queries(
+    prom: R.Prometheus, fleet: F.Fleet, end: float, hours: float = 6
+) -> dict[str, tuple[float, str, float, int, list[str]]]:
+    """One refresh of each dashboard at 630 OSDs: every target as Grafana sends it (a
+    range query over the last ``hours`` at a 30 s step, an instant query for instant
+    targets), with the variables set to one host of the fleet and two of its OSDs. Per
+    dashboard: the engine's seconds summed over its targets, the costliest target's title
+    and seconds, the targets queried, and the panels of those that returned no series."""
+    from tests import test_dashboards as D
+
+    host = fleet.osds[0].host
+    osds = [o.ceph_daemon for o in fleet.osds if o.host == host][:2]
+    out = {}
+    for name in D.FILES:
+        board = D.load(name)
+        values = D.values_for(board)
+        values.update(
+            instance=f"{host}:10060",
+            ceph_daemon="(" + "|".join(osds) + ")",
+            device_class="nvme",
+            __range=f"{round(hours * 60)}m",
+        )
+        for v in board["templating"]["list"]:
+            if v["name"] == "host":
+                values["host"] = D.host_of(values["instance"], v["regex"])
+        total, worst, worst_s, queried = 0.0, "", 0.0, 0
+        empty: list[str] = []
+        for panel, t in D.targets(board):
+            expr = D.substitute(t["expr"], values)
+            if t.get("instant"):
+                reply = prom.api("/api/v1/query", {"query": expr, "time": end, "stats": "all"})
+            else:
+                reply = prom.api(
+                    "/api/v1/query_range",
+                    {"query": expr, "start": end - hours * 3600, "end": end, "step": 30,
+                     "stats": "all"},
+                )  # fmt: skip
+            queried += 1
+            took = reply["stats"]["timings"]["evalTotalTime"]
+            if not reply["result"]:
+                empty.append(panel["title"])
+            total += took
+            if took > worst_s:
+                worst, worst_s = panel["title"], took
+        out[name] = (total, worst, worst_s, queried, empty)
+    return out
 
 
 def _instant(stamp: str) -> float:
@@ -293,6 +354,12 @@ def main() -> int:
         "read over a range or offset (each is then read from a block and the head at once)",
     )
     ap.add_argument("--rule-files", nargs=2, type=Path, default=RULE_FILES)
+    ap.add_argument(
+        "--dashboards",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time one refresh of each dashboard on the fleet's data",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
     ap.add_argument(
         "--manager-profile",
@@ -318,10 +385,16 @@ def main() -> int:
         t0 = time.monotonic()
         snaps = F.collect_snapshots(work / "nodes")
         fleet = F.Fleet.build(timeline=TIMELINE)
-        needed, missing = R.needed_metrics(rules, F.known_names(snaps))
+        known = F.known_names(snaps)
+        needed, missing = R.needed_metrics(rules, known)
         if missing:
             print(f"rules read series the generator cannot make: {missing}", file=sys.stderr)
             return 1
+        if args.dashboards:
+            # What the panels read besides, so that a refresh reads what it would in
+            # production (node_exporter's series are not generated: those panels stay
+            # empty and are counted as such).
+            needed |= dashboard_metrics() & known
         stats, windows = build(work / "iq", fleet, MAIN_START, snaps, rules, needed, jobs)
         setup_s = time.monotonic() - t0
         print(
@@ -337,6 +410,9 @@ def main() -> int:
             span = main_end - first
             times = [first + span * i / max(1, args.times - 1) for i in range(args.times)]
             per_group, per_rule, totals = instant_queries(prom, rules, times, args.repeat)
+            # The whole main window: a dashboard over the hours of data there are.
+            hours = (main_end - main_start) / 3600
+            boards = dashboard_queries(prom, fleet, main_end, hours) if args.dashboards else {}
         print(
             f"\n1. Instant queries at {len(fleet.osds)} OSDs: {len(times)} times, min of "
             f"{args.repeat} per time; machine: {machine}, load average "
@@ -353,6 +429,20 @@ def main() -> int:
             f"{'met' if statistics.median(totals) < 0.2 else 'NOT met'} (p50)",
             flush=True,
         )
+        if boards:
+            print(
+                f"\nDashboard refresh at 630 OSDs (the last {hours * 60:.0f} minutes, 30 s "
+                "step; engine time):\n"
+                "| dashboard | targets | no data | total ms | costliest panel | its ms |\n"
+                "|---|---|---|---|---|---|"
+            )
+            for name, (total, worst, worst_s, queried, empty) in boards.items():
+                print(
+                    f"| {name} | {queried} | {len(empty)} | {total * 1000:.0f} | {worst} "
+                    f"| {worst_s * 1000:.0f} |"
+                )
+            for name, (*_, empty) in boards.items():
+                print(f"no data in {name}: " + "; ".join(sorted(set(empty))))
         if args.manager_seconds <= 0:
             return 0
         shutil.rmtree(work / "iq", ignore_errors=True)
@@ -387,7 +477,7 @@ def main() -> int:
     print(
         f"\n2. Rule manager at {len(fleet.osds)} OSDs: {args.manager_interval} s group "
         f"interval, {args.manager_seconds:.0f} s from {late} s after the data's end, at least "
-        f"{evals} evaluations per group; {p99} per-OSD p99 series written by it; rules not "
+        f"{evals} evaluations per group; {p99} per-OSD mean series written by it; rules not "
         f"healthy: {sum(unhealthy.values())}; load average {os.getloadavg()[0]:.1f}"
     )
     # Sum of the groups' medians: the groups run at their own times, not as one round.

@@ -50,7 +50,7 @@ class IRQCollector(Collector):
             self.name,
             "devices",
             "--collector.irq.max-devices",
-            int(getattr(ctx.options, "collector_irq_max_devices", DEFAULT_MAX_DEVICES)),
+            int(ctx.options.collector_irq_max_devices),
         )
         self._irqbalance_pid: int | None = None
         self._reader = IRQReader(ctx.fs)
