@@ -8,8 +8,8 @@ ARGS ?=
 
 .PHONY: run test bench soak lint format deps venv golden dashboards clean
 
-# A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
-$(VENV)/.stamp: setup.cfg pyproject.toml
+# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml changes.
+$(VENV)/.stamp: pyproject.toml
 	@# Debian's python3 ships venv without ensurepip until python3-venv is installed.
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || tests/setup-debian.sh python3-venv
 	$(PYTHON) -m venv $(VENV)

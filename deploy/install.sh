@@ -179,7 +179,7 @@ if [ "$skip_venv" = no ]; then
     [ -f "$wheel" ] || die "no such wheel: $wheel"
   else
     source_dir=${source_dir:-$script_dir/..}
-    [ -f "$source_dir/setup.cfg" ] || die "$source_dir is not a cephnode-exporter checkout (no setup.cfg); use --source or --wheel"
+    [ -f "$source_dir/pyproject.toml" ] || die "$source_dir is not a cephnode-exporter checkout (no pyproject.toml); use --source or --wheel"
     source_dir=$(cd "$source_dir" && pwd)
   fi
   command -v "$python" >/dev/null || die "no interpreter $python"
