@@ -71,7 +71,11 @@ dashboards:
 # build/deb, then lintian, whose errors fail it. Install the result on a Debian 12 node
 # with `apt install ./cephnode-exporter_*.deb`. tests/test_deb.py builds it and installs
 # it into a fresh Debian 12 chroot.
-deb: deps
+# Only the build tools (not the whole suite's list of `deps`).
+DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all \
+	python3-setuptools python3-wheel lintian
+deb:
+	tests/setup-debian.sh $(DEB_TOOLS)
 	deploy/build-deb.sh
 
 # Rewrite the man page deploy/cephnode-exporter.1 from the argument parser; review and
