@@ -34,6 +34,8 @@ declare -A PROVIDES=(
   [python3-setuptools]=/usr/lib/python3/dist-packages/setuptools/__init__.py
   [python3-wheel]=/usr/lib/python3/dist-packages/wheel/__init__.py
   [lintian]=/usr/bin/lintian
+  # man --warnings checks the man page (tests/test_packaging.py)
+  [man-db]=/usr/bin/man
 )
 
 want=("$@")
