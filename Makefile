@@ -6,10 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test bench soak lint format deps venv golden dashboards clean
+.PHONY: run test bench soak lint format deps venv golden dashboards clean deb man
 
-# A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
-$(VENV)/.stamp: setup.cfg pyproject.toml
+# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml changes.
+$(VENV)/.stamp: pyproject.toml
 	@# Debian's python3 ships venv without ensurepip until python3-venv is installed.
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || tests/setup-debian.sh python3-venv
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,8 @@ $(VENV)/.stamp: setup.cfg pyproject.toml
 venv: $(VENV)/.stamp
 
 # Debian packages the suite drives for real (promtool, node_exporter, systemd-analyze,
-# openssl); installed with apt-get when missing and we are root.
+# openssl, and dpkg-buildpackage, debhelper, dh-python, lintian, debootstrap for the
+# Debian package); installed with apt-get when missing and we are root.
 deps:
 	tests/setup-debian.sh
 
@@ -28,8 +29,8 @@ run: venv
 	$(VENV)/bin/cephnode-exporter $(ARGS)
 
 test: venv deps
-	$(PY) -m ruff check exporter tests dashboards
-	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m ruff check exporter tests dashboards deploy
+	$(PY) -m ruff format --check exporter tests dashboards deploy
 	$(PY) -m mypy exporter/cephnode_exporter
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
@@ -47,13 +48,13 @@ soak: venv
 	$(PY) tests/bench/soak.py $(SOAK_ARGS)
 
 lint: venv
-	$(PY) -m ruff check exporter tests dashboards
-	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m ruff check exporter tests dashboards deploy
+	$(PY) -m ruff format --check exporter tests dashboards deploy
 	$(PY) -m mypy exporter/cephnode_exporter
 
 format: venv
-	$(PY) -m ruff format exporter tests dashboards
-	$(PY) -m ruff check --fix exporter tests dashboards
+	$(PY) -m ruff format exporter tests dashboards deploy
+	$(PY) -m ruff check --fix exporter tests dashboards deploy
 
 # Rewrite every generated file after an intended change, then review the diff: the golden
 # files under tests/golden/ (the tests that compare with them, under --update-golden) and
@@ -77,5 +78,25 @@ generate: venv deps
 # Older names of `make generate`.
 golden dashboards: generate
 
+# --- Debian package (deploy/debian/, docs/packaging.md) ----------------------------------
+# `make deb` builds cephnode-exporter_<version>_all.deb in this directory: dpkg-buildpackage
+# (dh with pybuild, Debian 12's own python3 and libraries) in a copy of the checkout under
+# build/deb, then lintian, whose errors fail it. Install the result on a Debian 12 node
+# with `apt install ./cephnode-exporter_*.deb`. tests/test_deb.py builds it and installs
+# it into a fresh Debian 12 chroot.
+# Only the build tools (not the whole suite's list of `deps`).
+DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all \
+	python3-setuptools python3-wheel lintian
+deb:
+	tests/setup-debian.sh $(DEB_TOOLS)
+	deploy/build-deb.sh
+
+# Rewrite the man page deploy/cephnode-exporter.1 from the argument parser; review and
+# commit the diff (tests/test_packaging.py fails while it differs).
+man: venv
+	$(PY) deploy/manpage.py > deploy/cephnode-exporter.1.new
+	mv deploy/cephnode-exporter.1.new deploy/cephnode-exporter.1
+
 clean:
 	rm -rf $(VENV) build exporter/*.egg-info .pytest_cache .ruff_cache
+	rm -f cephnode-exporter_*.deb

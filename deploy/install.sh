@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Install cephnode-exporter on a Ceph node: a venv under /opt/cephnode-exporter, the
-# system user, the systemd unit and /etc/default/cephnode-exporter. Idempotent: run it
-# again to upgrade or after installing Ceph. Starts nothing unless --start is given.
-# See docs/install.md.
+# system user, the systemd service and socket units and /etc/default/cephnode-exporter.
+# Idempotent: run it again to upgrade or after installing Ceph. Starts nothing unless
+# --start is given. See docs/install.md.
 set -euo pipefail
 
 NAME=cephnode-exporter
 UNIT=$NAME.service
+SOCKET=$NAME.socket
 DEFAULT_PREFIX=/opt/$NAME
 DROPIN_FILE=10-ceph-group.conf
+SOCKET_DROPIN_FILE=30-systemd-socket.conf
 MARKER=.installed-by-install.sh
 
 usage() {
@@ -26,10 +28,14 @@ Install:
   --python PY        interpreter for the venv, Python >= 3.11 (default: python3)
   --prefix DIR       installation directory (default: $DEFAULT_PREFIX)
   --ceph-group NAME  group that owns the Ceph admin sockets (default: ceph)
-  --skip-venv        leave the venv alone; only (re)install the user, unit and config
-  --start            enable the service and (re)start it afterwards
+  --skip-venv        leave the venv alone; only (re)install the user, units and config
+  --socket           socket activation: enable $SOCKET and make the service take
+                     its socket (--web.systemd-socket) instead of binding one itself;
+                     stays so on later runs until --no-socket
+  --no-socket        back to the service binding --web.listen-address itself
+  --start            enable the service (and the socket) and (re)start afterwards
 Uninstall:
-  --uninstall        stop and disable the service, remove the unit and the venv; keeps
+  --uninstall        stop and disable the units, remove them and the venv; keeps
                      /etc/default/$NAME, /etc/$NAME and the user
   --purge            with --uninstall: remove those too
 Both:
@@ -55,6 +61,7 @@ prefix=$DEFAULT_PREFIX
 root=""
 ceph_group=ceph
 skip_venv=no
+socket_mode=keep
 start=no
 uninstall=no
 purge=no
@@ -74,6 +81,8 @@ while [ $# -gt 0 ]; do
     --root) need_value "$@"; root=$2; shift 2 ;;
     --ceph-group) need_value "$@"; ceph_group=$2; shift 2 ;;
     --skip-venv) skip_venv=yes; shift ;;
+    --socket) socket_mode=yes; shift ;;
+    --no-socket) socket_mode=no; shift ;;
     --start) start=yes; shift ;;
     --uninstall) uninstall=yes; shift ;;
     --purge) purge=yes; shift ;;
@@ -107,6 +116,7 @@ dest=$root$prefix
 venv=$dest/venv
 etc=$root/etc
 unit_path=$etc/systemd/system/$UNIT
+socket_path=$etc/systemd/system/$SOCKET
 dropin_dir=$etc/systemd/system/$UNIT.d
 sysusers_path=$etc/sysusers.d/$NAME.conf
 default_path=$etc/default/$NAME
@@ -139,9 +149,11 @@ fi
 # --- uninstall ---------------------------------------------------------------------
 if [ "$uninstall" = yes ]; then
   if have_systemd; then
+    systemctl disable --now "$SOCKET" 2>/dev/null || true
     systemctl disable --now "$UNIT" 2>/dev/null || true
   fi
-  rm -f "$unit_path" "$dropin_dir/$DROPIN_FILE" "$sysusers_path"
+  rm -f "$unit_path" "$socket_path" "$dropin_dir/$DROPIN_FILE" "$dropin_dir/$SOCKET_DROPIN_FILE" \
+    "$sysusers_path"
   rmdir "$dropin_dir" 2>/dev/null || true
   if [ -d "$dest" ]; then
     # Remove only a directory this script created, never an arbitrary --prefix.
@@ -164,14 +176,14 @@ if [ "$uninstall" = yes ]; then
   fi
   if have_systemd; then
     systemctl daemon-reload
-    systemctl reset-failed "$UNIT" 2>/dev/null || true
+    systemctl reset-failed "$UNIT" "$SOCKET" 2>/dev/null || true
   fi
   say "uninstalled from ${root:-/}"
   exit 0
 fi
 
 # --- install: preconditions ----------------------------------------------------------
-for f in "$NAME.service" "$NAME.sysusers" "$NAME.default"; do
+for f in "$NAME.service" "$NAME.socket" "$NAME.sysusers" "$NAME.default"; do
   [ -f "$script_dir/$f" ] || die "$script_dir/$f is missing: run install.sh from its deploy/ directory"
 done
 if [ "$skip_venv" = no ]; then
@@ -179,7 +191,7 @@ if [ "$skip_venv" = no ]; then
     [ -f "$wheel" ] || die "no such wheel: $wheel"
   else
     source_dir=${source_dir:-$script_dir/..}
-    [ -f "$source_dir/setup.cfg" ] || die "$source_dir is not a cephnode-exporter checkout (no setup.cfg); use --source or --wheel"
+    [ -f "$source_dir/pyproject.toml" ] || die "$source_dir is not a cephnode-exporter checkout (no pyproject.toml); use --source or --wheel"
     source_dir=$(cd "$source_dir" && pwd)
   fi
   command -v "$python" >/dev/null || die "no interpreter $python"
@@ -252,6 +264,36 @@ mkdir -p "$etc/systemd/system" "$etc/default"
 sed "s|$DEFAULT_PREFIX/venv/|$prefix/venv/|g" "$script_dir/$NAME.service" >"$unit_path.new"
 chmod 0644 "$unit_path.new"
 mv -f "$unit_path.new" "$unit_path"
+# The socket unit is always installed; whether it is used is --socket's business.
+install -m 0644 "$script_dir/$SOCKET" "$socket_path.new"
+mv -f "$socket_path.new" "$socket_path"
+
+# Socket activation: the service takes the socket systemd holds (sd_listen_fds(3)) via
+# --web.systemd-socket, added to ExecStart= here rather than to ARGS, because
+# /etc/default/$NAME is the administrator's and never rewritten. Requires= starts the
+# socket whenever the service starts (without it the exporter exits: no socket passed).
+# Without --socket or --no-socket the previous choice stays.
+if [ "$socket_mode" = yes ]; then
+  mkdir -p "$dropin_dir"
+  cat >"$dropin_dir/$SOCKET_DROPIN_FILE.new" <<DROPIN
+# Written by deploy/install.sh --socket: $NAME listens on the socket of $SOCKET
+# (socket activation). Undo with install.sh --no-socket.
+[Unit]
+Requires=$SOCKET
+After=$SOCKET
+
+[Service]
+ExecStart=
+ExecStart=$prefix/venv/bin/$NAME serve --web.systemd-socket \$ARGS
+DROPIN
+  chmod 0644 "$dropin_dir/$SOCKET_DROPIN_FILE.new"
+  mv -f "$dropin_dir/$SOCKET_DROPIN_FILE.new" "$dropin_dir/$SOCKET_DROPIN_FILE"
+elif [ "$socket_mode" = no ] && [ -e "$dropin_dir/$SOCKET_DROPIN_FILE" ]; then
+  rm -f "$dropin_dir/$SOCKET_DROPIN_FILE"
+  rmdir "$dropin_dir" 2>/dev/null || true
+fi
+socket_active=no
+[ -e "$dropin_dir/$SOCKET_DROPIN_FILE" ] && socket_active=yes
 
 # SupplementaryGroups= naming a group that does not exist makes every start fail
 # (status 216/GROUP), so the group is added by a drop-in that exists only while the
@@ -294,12 +336,25 @@ fi
 # --- systemd -------------------------------------------------------------------------
 if have_systemd; then
   systemctl daemon-reload
+  if [ "$socket_active" = yes ]; then
+    systemctl enable "$SOCKET"
+  else
+    # Left enabled, the socket would hold port 10060 against the service's own bind.
+    systemctl disable --now "$SOCKET" 2>/dev/null || true
+  fi
   if [ "$start" = yes ]; then
     systemctl enable "$UNIT"
+    if [ "$socket_active" = yes ]; then
+      # The service must stop before the socket takes the port over.
+      systemctl stop "$UNIT"
+      systemctl restart "$SOCKET"
+    fi
     systemctl restart "$UNIT"
     say "started; check with: systemctl status $UNIT"
   elif systemctl is-active --quiet "$UNIT"; then
     say "$UNIT is running the previous version: systemctl restart $UNIT"
+  elif [ "$socket_active" = yes ]; then
+    say "installed; start with: systemctl enable --now $SOCKET $UNIT"
   else
     say "installed; start with: systemctl enable --now $UNIT"
   fi

@@ -14,9 +14,15 @@ so that two pytest processes do not build the same chroot. A build that fails ra
 :class:`ChrootError` with the reason (sid is a moving target), which the tests turn into a
 failure under ``CI=true`` (tests/conftest.py).
 
+The same machinery caches a plain Debian 12 (bookworm) minbase chroot with systemd, in
+which the Debian package is installed (tests/test_deb.py): :data:`BOOKWORM`. Its apt
+lists and the archives of the package's dependencies are kept in the cached tree, so
+that ``apt-get install ./cephnode-exporter_*.deb`` in a throwaway overlay of it resolves
+and installs everything without the network.
+
 From the shell::
 
-    python tests/chroots.py build reef      # or tentacle; prints the path and timings
+    python tests/chroots.py build reef      # or tentacle, or bookworm; prints the path
 """
 
 from __future__ import annotations
@@ -57,12 +63,49 @@ RELEASES: dict[str, Release] = {
 }
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A cached chroot: ``debootstrap --variant=minbase suite``, then ``install``;
+    ``download`` is fetched into apt's archive cache and left uninstalled."""
+
+    name: str  # the directory under CACHE
+    suite: str
+    install: tuple[str, ...]
+    download: tuple[str, ...] = ()
+    # Bump to rebuild this chroot when its recipe changes.
+    version: int = RECIPE
+
+
+# Debian 12 as a fresh node has it (systemd and man-db included, which minbase leaves
+# out; `systemd-analyze verify` runs man for the units' Documentation=), plus the
+# archives of what the Debian package depends on (deploy/debian/control), so the
+# package installs offline. No ceph: the package must install without it.
+BOOKWORM = Recipe(
+    name="bookworm-base",
+    suite="bookworm",
+    install=("systemd", "man-db"),
+    download=(
+        "python3",
+        "python3-prometheus-client",
+        "python3-pyudev",
+        "python3-yaml",
+        "python3-bcrypt",
+    ),
+    version=2,
+)
+
+
 class ChrootError(RuntimeError):
     """A chroot could not be built; the message says which step failed and its output."""
 
 
+def _recipe(release: Release) -> Recipe:
+    assert release.suite is not None
+    return Recipe(name=f"{release.suite}-ceph", suite=release.suite, install=PACKAGES)
+
+
 def chroot_dir(release: Release) -> Path:
-    return CACHE / f"{release.suite}-ceph"
+    return CACHE / _recipe(release).name
 
 
 def _run(args: list[str], what: str, timeout: float) -> None:
@@ -72,17 +115,16 @@ def _run(args: list[str], what: str, timeout: float) -> None:
         raise ChrootError(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
-def _build(release: Release, target: Path, timings: dict[str, float]) -> None:
+def _build(recipe: Recipe, target: Path, timings: dict[str, float]) -> None:
     """debootstrap + apt-get install into ``target`` (a fresh directory)."""
-    assert release.suite is not None
     if shutil.which("debootstrap") is None:
         raise ChrootError("debootstrap is not installed (tests/setup-debian.sh installs it)")
     if os.geteuid() != 0:
         raise ChrootError("building a chroot needs root (debootstrap, chroot)")
     t0 = time.monotonic()
     _run(
-        ["debootstrap", "--variant=minbase", release.suite, str(target), MIRROR],
-        f"debootstrap {release.suite}",
+        ["debootstrap", "--variant=minbase", recipe.suite, str(target), MIRROR],
+        f"debootstrap {recipe.suite}",
         900,
     )
     timings["debootstrap"] = time.monotonic() - t0
@@ -96,12 +138,13 @@ def _build(release: Release, target: Path, timings: dict[str, float]) -> None:
     policy.write_text("#!/bin/sh\nexit 101\n")
     policy.chmod(0o755)
     t0 = time.monotonic()
-    _apt_install(target, PACKAGES)
+    _apt_install(target, recipe.install, recipe.download)
     timings["install"] = time.monotonic() - t0
 
 
-def _apt_install(target: Path, packages: tuple[str, ...]) -> None:
-    """``apt-get update`` and ``install`` inside the chroot ``target``."""
+def _apt_install(target: Path, install: tuple[str, ...], download: tuple[str, ...] = ()) -> None:
+    """``apt-get update`` and ``install`` inside the chroot ``target``; ``download`` is
+    fetched into apt's archive cache and left uninstalled."""
     env = ["env", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"]
     # Some package scripts (sid's cryptsetup-bin, ceph-base) fail without /proc; it is
     # mounted for the install only, so the cached tree holds no mount.
@@ -110,11 +153,14 @@ def _apt_install(target: Path, packages: tuple[str, ...]) -> None:
     try:
         _run(["chroot", str(target), *env, "apt-get", "update", "-qq"], "apt-get update", 600)
         _run(
-            ["chroot", str(target), *env, "apt-get", "install", "-y", "-qq", *packages],
-            f"apt-get install {' '.join(packages)}",
+            ["chroot", str(target), *env, "apt-get", "install", "-y", "-qq", *install],
+            f"apt-get install {' '.join(install)}",
             1200,
         )
         _run(["chroot", str(target), "apt-get", "clean"], "apt-get clean", 120)
+        if download:
+            fetch = ["apt-get", "install", "-y", "-qq", "--download-only", *download]
+            _run(["chroot", str(target), *env, *fetch], " ".join(fetch), 600)
     finally:
         subprocess.run(["umount", "-l", str(proc)], capture_output=True, check=False)
 
@@ -123,27 +169,30 @@ def ensure_chroot(release: Release) -> Path:
     """The chroot of ``release``, built first when the cache lacks it; raises ChrootError."""
     if release.suite is None:
         raise ValueError(f"{release.name} runs on the host, not in a chroot")
-    root = chroot_dir(release)
-    ready = root / f".cephnode-ready-{RECIPE}"
+    return ensure(_recipe(release))
+
+
+def ensure(recipe: Recipe) -> Path:
+    """The chroot of ``recipe``, built first when the cache lacks it; raises ChrootError."""
+    root = CACHE / recipe.name
+    ready = root / f".cephnode-ready-{recipe.version}"
     if ready.exists():
         return root
     CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{release.suite}.lock", "w") as lock:
+    with open(CACHE / f".{recipe.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if ready.exists():  # built by another process while this one waited
             return root
-        tmp = CACHE / f"{release.suite}-ceph.tmp"
+        tmp = CACHE / f"{recipe.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         timings: dict[str, float] = {}
         try:
-            _build(release, tmp, timings)
+            _build(recipe, tmp, timings)
         except subprocess.TimeoutExpired as exc:
-            raise ChrootError(f"building the {release.suite} chroot timed out: {exc}") from exc
+            raise ChrootError(f"building the {recipe.suite} chroot timed out: {exc}") from exc
         tmp.rename(root)
-        (root / f".cephnode-ready-{RECIPE}").write_text(
-            "".join(f"{k} {v:.1f}s\n" for k, v in timings.items())
-        )
+        ready.write_text("".join(f"{k} {v:.1f}s\n" for k, v in timings.items()))
     return root
 
 
@@ -155,10 +204,11 @@ def ensure_packages(release: Release, packages: tuple[str, ...]) -> Path:
     a cached chroot leaves the chroot itself, and any cluster running in it, alone.
     Raises ChrootError."""
     root = ensure_chroot(release)
+    recipe = _recipe(release)
     ready = root / f".cephnode-extra-{'-'.join(packages)}"
     if ready.exists():
         return root
-    with open(CACHE / f".{release.suite}.lock", "w") as lock:
+    with open(CACHE / f".{recipe.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not ready.exists():
             try:
@@ -190,10 +240,12 @@ def ceph_version(root: Path) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "build" or sys.argv[2] not in RELEASES:
-        sys.exit(
-            f"usage: {sys.argv[0]} build {{{'|'.join(n for n in RELEASES if n != 'pacific')}}}"
-        )
+    names = [n for n in RELEASES if n != "pacific"] + ["bookworm"]
+    if len(sys.argv) != 3 or sys.argv[1] != "build" or sys.argv[2] not in names:
+        sys.exit(f"usage: {sys.argv[0]} build {{{'|'.join(names)}}}")
     start = time.monotonic()
-    path = ensure_chroot(RELEASES[sys.argv[2]])
-    print(path, f"{time.monotonic() - start:.1f}s", ceph_version(path))
+    if sys.argv[2] == "bookworm":
+        print(ensure(BOOKWORM), f"{time.monotonic() - start:.1f}s")
+    else:
+        path = ensure_chroot(RELEASES[sys.argv[2]])
+        print(path, f"{time.monotonic() - start:.1f}s", ceph_version(path))

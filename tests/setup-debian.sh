@@ -24,6 +24,18 @@ declare -A PROVIDES=(
   # builds the Debian 13 and unstable chroots that hold the newer Ceph releases the tests
   # also run (tests/chroots.py); those suites never enter this machine's apt sources
   [debootstrap]=/usr/sbin/debootstrap
+  # `make deb` (deploy/debian/): dpkg-buildpackage with dh and pybuild's pyproject
+  # plugin (the package's metadata is PEP 621 only), then lintian on the result
+  [dpkg-dev]=/usr/bin/dpkg-buildpackage
+  [debhelper]=/usr/bin/dh
+  [dh-python]=/usr/bin/dh_python3
+  [pybuild-plugin-pyproject]=/usr/share/dh-python/dhpython/build/plugin_pyproject.py
+  [python3-all]=/usr/share/doc/python3-all/copyright
+  [python3-setuptools]=/usr/lib/python3/dist-packages/setuptools/__init__.py
+  [python3-wheel]=/usr/lib/python3/dist-packages/wheel/__init__.py
+  [lintian]=/usr/bin/lintian
+  # man --warnings checks the man page (tests/test_packaging.py)
+  [man-db]=/usr/bin/man
 )
 
 want=("$@")

@@ -31,13 +31,16 @@ from tests.conftest import REPO, need, need_root, need_tool
 
 DEPLOY = REPO / "deploy"
 UNIT = DEPLOY / "cephnode-exporter.service"
+SOCKET = DEPLOY / "cephnode-exporter.socket"
 SYSUSERS = DEPLOY / "cephnode-exporter.sysusers"
 DEFAULTS = DEPLOY / "cephnode-exporter.default"
 INSTALL = DEPLOY / "install.sh"
 UNIT_NAME = "cephnode-exporter.service"
+SOCKET_NAME = "cephnode-exporter.socket"
 USER = "cephnode-exporter"
 BINARY = "/opt/cephnode-exporter/venv/bin/cephnode-exporter"
 DROPIN = "etc/systemd/system/cephnode-exporter.service.d/10-ceph-group.conf"
+SOCKET_DROPIN = "etc/systemd/system/cephnode-exporter.service.d/30-systemd-socket.conf"
 # Measured 1.5 ("OK") with systemd 252, with and without the ceph-group drop-in; systemd
 # calls everything below 2.0 "OK" (its levels in src/analyze/analyze-security.c).
 MAX_EXPOSURE = 2.0
@@ -141,6 +144,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_install_layout(installed: Path) -> None:
     unit = installed / "etc/systemd/system" / UNIT_NAME
     assert unit.read_text() == UNIT.read_text()
+    socket_unit = installed / "etc/systemd/system" / SOCKET_NAME
+    assert socket_unit.read_text() == SOCKET.read_text()
+    assert socket_unit.stat().st_mode & 0o777 == 0o644
+    # Installed, not used: without --socket the service binds its own address.
+    assert not (installed / SOCKET_DROPIN).exists()
     assert (installed / "etc/sysusers.d/cephnode-exporter.conf").read_text() == SYSUSERS.read_text()
     assert (installed / "etc/default/cephnode-exporter").read_text() == DEFAULTS.read_text()
     for path in (unit, installed / DROPIN, installed / "etc/default/cephnode-exporter"):
@@ -182,6 +190,46 @@ def test_install_is_idempotent_and_keeps_config(tmp_path: Path) -> None:
     assert (root / "etc/systemd/system" / UNIT_NAME).read_text() == unit_before
     passwd = (root / "etc/passwd").read_text()
     assert passwd.count(f"\n{USER}:") == 1
+
+
+def test_install_socket_option(installed: Path, tmp_path: Path) -> None:
+    """--socket: the service takes the socket unit's socket (--web.systemd-socket) and
+    requires the socket; the choice stays on later runs until --no-socket; both units
+    pass systemd-analyze verify. On a copy of the full install, so the binary exists."""
+    root = tmp_path / "root"
+    shutil.copytree(installed, root, symlinks=True)
+    run_install(root, "--skip-venv", "--socket")
+    dropin = parse_unit((root / SOCKET_DROPIN).read_text())
+    assert dropin["Unit"] == {"Requires": [SOCKET_NAME], "After": [SOCKET_NAME]}
+    # The empty ExecStart= first: a drop-in's ExecStart= is added to the unit's otherwise.
+    assert dropin["Service"]["ExecStart"] == ["", f"{BINARY} serve --web.systemd-socket $ARGS"]
+    assert (root / SOCKET_DROPIN).stat().st_mode & 0o777 == 0o644
+    tool = need_tool("systemd-analyze", "systemd")
+    proc = subprocess.run(
+        [tool, "verify", f"--root={analyze_root(root)}", UNIT_NAME, SOCKET_NAME],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, SYSTEMD_LOG_COLOR="0", SYSTEMD_PAGER=""),
+    )
+    assert about_our_unit(proc.stderr) == [] and proc.returncode == 0, proc.stderr
+    # The ceph-group drop-in is independent of it.
+    assert last(parse_unit((root / DROPIN).read_text()), "SupplementaryGroups") == "ceph"
+    run_install(root, "--skip-venv")
+    assert (root / SOCKET_DROPIN).exists(), "a later run without --no-socket keeps it"
+    run_install(root, "--skip-venv", "--no-socket")
+    assert not (root / SOCKET_DROPIN).exists()
+    assert (root / "etc/systemd/system" / SOCKET_NAME).exists()
+    assert (root / DROPIN).exists()
+
+
+def test_install_socket_follows_the_prefix(tmp_path: Path) -> None:
+    need_sysusers()
+    root = make_root(tmp_path / "root")
+    run_install(root, "--skip-venv", "--socket", "--prefix", "/srv/cephnode")
+    dropin = parse_unit((root / SOCKET_DROPIN).read_text())
+    binary = "/srv/cephnode/venv/bin/cephnode-exporter"
+    assert dropin["Service"]["ExecStart"] == ["", f"{binary} serve --web.systemd-socket $ARGS"]
 
 
 def test_install_writes_ceph_group_dropin_only_while_the_group_exists(tmp_path: Path) -> None:
@@ -240,7 +288,8 @@ def test_install_refuses_a_prefix_it_did_not_create(tmp_path: Path) -> None:
 def test_uninstall(tmp_path: Path) -> None:
     need_sysusers()
     root = make_root(tmp_path / "root", groups=("ceph",))
-    run_install(root, "--skip-venv")
+    run_install(root, "--skip-venv", "--socket")
+    assert (root / SOCKET_DROPIN).exists()
     prefix = root / "opt/cephnode-exporter"
     # Without install.sh's marker the prefix is not removed (it could be anything).
     (prefix / "venv").mkdir(parents=True)
@@ -251,7 +300,9 @@ def test_uninstall(tmp_path: Path) -> None:
     assert not prefix.exists()
     for gone in (
         f"etc/systemd/system/{UNIT_NAME}",
+        f"etc/systemd/system/{SOCKET_NAME}",
         DROPIN,
+        SOCKET_DROPIN,
         "etc/sysusers.d/cephnode-exporter.conf",
     ):
         assert not (root / gone).exists(), gone
