@@ -26,6 +26,7 @@ docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -400,14 +401,16 @@ def main() -> int:
         ours.append(f"--path.rootfs={tmp / 'root'}")
         no_ceph = tmp / "no-ceph"
         no_ceph.mkdir()
-        print(
-            f"Node fixture: {args.node}; {platform.python_implementation()} "
-            f"{platform.python_version()}, {os.cpu_count()} CPUs, kernel "
-            f"{platform.release()}, load average {os.getloadavg()[0]:.2f} at the start\n"
-        )
-        host_vs_limit(tmp, ours, paths, args)
-        if args.osds > 0:
-            osd_shapes(tmp, ours, args)
+        # With --json the interleaved sections go to stderr: stdout stays one document.
+        with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+            print(
+                f"Node fixture: {args.node}; {platform.python_implementation()} "
+                f"{platform.python_version()}, {os.cpu_count()} CPUs, kernel "
+                f"{platform.release()}, load average {os.getloadavg()[0]:.2f} at the start\n"
+            )
+            host_vs_limit(tmp, ours, paths, args)
+            if args.osds > 0:
+                osd_shapes(tmp, ours, args)
         if args.quick:
             return 0
         runs = []
