@@ -147,3 +147,20 @@ def test_generated_program_makes_the_captured_calls(tmp_path: Path) -> None:
         counts.append(_kinds(sl.parse_strace(out.read_text().splitlines())))
     assert counts[1] - counts[0] == plan.counts
     assert counts[0] - counts[1] == Counter()
+
+
+def test_plan_reports_kept_descriptors_closed_and_new_ones_left_open() -> None:
+    trace = [
+        '1 1.1 pread64(7</k>, ""..., 64, 0) = 3',
+        "1 1.2 close(7</k>) = 0",
+        '1 1.3 openat(AT_FDCWD</>, "/n", O_RDONLY) = 8</n>',
+    ]
+    window = sl.Window("c", 1.0, 2.0, sl.parse_strace(trace))
+    plan = sl.replay_plan(window)
+    assert plan.kept == {7: "/k"}
+    assert plan.reopened == [7]
+    assert plan.left_open == [8]
+    source = sl.generate_c(plan)
+    # After each iteration: the new descriptor closed, the kept one opened again.
+    assert source.index("close(f[8]);") < source.index('f[7] = open("/k"', source.index("once"))
+    assert "kept ones closed" in sl.describe(plan)
