@@ -33,7 +33,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+            raise RuntimeError(f"the server for {url} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 r.read()
