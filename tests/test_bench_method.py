@@ -164,3 +164,12 @@ def test_plan_reports_kept_descriptors_closed_and_new_ones_left_open() -> None:
     # After each iteration: the new descriptor closed, the kept one opened again.
     assert source.index("close(f[8]);") < source.index('f[7] = open("/k"', source.index("once"))
     assert "kept ones closed" in sl.describe(plan)
+
+
+def test_repeated_opens() -> None:
+    trace = [
+        f'1 1.{i} openat(AT_FDCWD</>, "{path}", O_RDONLY) = 8</x>'
+        for i, path in enumerate(["/a", "/b", "/a", "/a", "/b", "/c"], start=1)
+    ]
+    plan = sl.replay_plan(sl.Window("c", 1.0, 2.0, sl.parse_strace(trace)))
+    assert sl.repeated_opens(plan) == [("/a", 3), ("/b", 2)]

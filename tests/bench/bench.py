@@ -221,6 +221,12 @@ def host_vs_limit(tmp: Path, ours: list[str], paths: list[str], args: argparse.N
         f"- one scrape (the typical of {len(windows)} captured; file syscalls per window: "
         f"{shapes}): {syscall_limit.describe(plan)}"
     )
+    repeated = syscall_limit.repeated_opens(plan)
+    if repeated:
+        tree = str(tmp)
+        shown = ", ".join(f"{path.replace(tree, '')} x{n}" for path, n in repeated[:8])
+        more = f" and {len(repeated) - 8} more" if len(repeated) > 8 else ""
+        print(f"- opened more than once in the scrape: {shown}{more}")
     print(
         f"- replay check: {mismatches} calls returned other than captured (calls on "
         "/proc/self, the replay's own process, are not compared)\n"

@@ -548,6 +548,16 @@ def capture(pid: int, url: str, scrapes: int = 3, workdir: Path | None = None) -
     return windows
 
 
+def repeated_opens(plan: Plan) -> list[tuple[str, int]]:
+    """Paths opened more than once in the window, most often first: a read the scrape
+    could share between its collectors."""
+    opened: Counter[str] = Counter()
+    for call in plan.calls:
+        if call.name in ("open", "openat"):
+            opened[call.args[1 if call.name == "openat" else 0].strip('"')] += 1
+    return [(path, n) for path, n in opened.most_common() if n > 1]
+
+
 def describe(plan: Plan) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in plan.counts.most_common())
     other = ", ".join(f"{n} {k}" for k, n in plan.not_replayed.most_common()) or "none"
