@@ -237,7 +237,7 @@ class Plan:
     kept: dict[int, str]  # descriptor -> path, open before the window and used in it
     cwd: str | None
     counts: Counter[str]  # per kind
-    not_replayed: Counter[str]  # other calls of the scrape threads in the window
+    not_replayed: Counter[str]  # calls on files not replayed, and reads/closes of sockets
     left_open: list[int]  # opened in the window and still open at its end
     reopened: list[int] = field(default_factory=list)  # kept ones the window closed
 
