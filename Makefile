@@ -35,8 +35,12 @@ test: venv deps
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
+# ARGS=--quick: 3 short interleaved rounds, no sequential table (checks the method).
+# strace and a C compiler measure the syscall limit (docs/performance.md, "Measuring
+# against the syscall limit").
 # Speed only: memory, descriptors and threads over many scrapes are `make soak`'s.
 bench: venv deps
+	@command -v strace >/dev/null && command -v cc >/dev/null || tests/setup-debian.sh strace gcc libc6-dev
 	$(PY) tests/bench/bench.py $(ARGS)
 	$(PY) tests/bench/bench_kprofile.py $(KPROFILE_ARGS)
 	$(PY) tests/bench/bench_rules.py
