@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test bench soak lint format deps venv golden dashboards clean
+.PHONY: run test bench soak lint format deps venv golden dashboards mixin clean
 
 # A venv with the package (editable) and the test tools; rebuilt when setup.cfg changes.
 $(VENV)/.stamp: setup.cfg pyproject.toml
@@ -63,6 +63,21 @@ golden: venv deps
 # and commit the diff (tests/test_dashboards.py fails while they differ).
 dashboards:
 	$(PYTHON) dashboards/generate.py
+
+# Rewrite the rule files (alerts/cephnode-*.yml) and the dashboards from the monitoring
+# mixin (alerts/mixin/, alerts/README.md "Monitoring mixin"); review and commit the diff
+# (tests/test_mixin.py fails while they differ). generate.py runs first: its dashboards
+# are the mixin's input. jsonnet 0.18 sorts keys, so format_dashboards.py lays the JSON
+# out as generate.py does.
+MIXIN_BUILD := build/mixin
+mixin: dashboards
+	@command -v jsonnet >/dev/null || tests/setup-debian.sh jsonnet
+	rm -rf $(MIXIN_BUILD)
+	mkdir -p $(MIXIN_BUILD)/dashboards
+	jsonnet -J alerts/mixin -S -m $(MIXIN_BUILD) --tla-str part=rules alerts/mixin/build.jsonnet
+	jsonnet -J alerts/mixin -m $(MIXIN_BUILD)/dashboards --tla-str part=dashboards alerts/mixin/build.jsonnet
+	cp $(MIXIN_BUILD)/cephnode-rules.yml $(MIXIN_BUILD)/cephnode-alerts.yml alerts/
+	$(PYTHON) alerts/mixin/format_dashboards.py dashboards $(MIXIN_BUILD)/dashboards dashboards
 
 clean:
 	rm -rf $(VENV) build exporter/*.egg-info .pytest_cache .ruff_cache

@@ -24,6 +24,8 @@ declare -A PROVIDES=(
   # builds the Debian 13 and unstable chroots that hold the newer Ceph releases the tests
   # also run (tests/chroots.py); those suites never enter this machine's apt sources
   [debootstrap]=/usr/sbin/debootstrap
+  # builds the monitoring mixin (alerts/mixin/, `make mixin`, tests/test_mixin.py)
+  [jsonnet]=/usr/bin/jsonnet
 )
 
 want=("$@")
