@@ -28,8 +28,8 @@ run: venv
 	$(VENV)/bin/cephnode-exporter $(ARGS)
 
 test: venv deps
-	$(PY) -m ruff check exporter tests dashboards
-	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m ruff check exporter tests dashboards alerts/mixin
+	$(PY) -m ruff format --check exporter tests dashboards alerts/mixin
 	$(PY) -m mypy exporter/cephnode_exporter
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
@@ -47,13 +47,13 @@ soak: venv
 	$(PY) tests/bench/soak.py $(SOAK_ARGS)
 
 lint: venv
-	$(PY) -m ruff check exporter tests dashboards
-	$(PY) -m ruff format --check exporter tests dashboards
+	$(PY) -m ruff check exporter tests dashboards alerts/mixin
+	$(PY) -m ruff format --check exporter tests dashboards alerts/mixin
 	$(PY) -m mypy exporter/cephnode_exporter
 
 format: venv
-	$(PY) -m ruff format exporter tests dashboards
-	$(PY) -m ruff check --fix exporter tests dashboards
+	$(PY) -m ruff format exporter tests dashboards alerts/mixin
+	$(PY) -m ruff check --fix exporter tests dashboards alerts/mixin
 
 # Rewrite the golden exposition files after an intended change; review the diff.
 golden: venv deps
