@@ -11,6 +11,9 @@
 // fire only on hosts running OSDs (instance:cephnode_osd_sockets:max1h), and copy
 // the check's subject to the label it names (controller, device, ceph_daemon, sysctl).
 //
+// The comments give the default values (twice the median, 1 ms, a 5-minute hold); the
+// settings are config.libsonnet's fields.
+//
 // One file per group, in the order of the rule file; the runbook_url of every alert is
 // added last, from runbookURLPattern (as kubernetes-mixin's
 // alerts/add-runbook-links.libsonnet does), so no source repeats the base.

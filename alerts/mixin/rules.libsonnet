@@ -15,7 +15,8 @@
 // distribution its gauges hold (docs/metrics.md); `quantile` is ours: which quantile over
 // series (OSDs, hosts) a quantile() aggregation below recorded.
 //
-// One file per group, in the order of the rule file.
+// One file per group, in the order of the rule file. The comments give the default values
+// (5 OSDs, 10 us); the settings are config.libsonnet's fields.
 (import 'rules/osd.libsonnet')
 + (import 'rules/pgs.libsonnet')
 + (import 'rules/cluster.libsonnet')

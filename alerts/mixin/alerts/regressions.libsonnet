@@ -6,25 +6,24 @@ local fold = text.fold;
 {
   prometheusAlerts+:: {
     groups+: [
+      // The latency alerts in three steps each: a recording of the candidates (the
+      // condition, minus what a named cause explains), then the alert as a ticket where the
+      // cluster's own state does not explain it, and as info, naming that state
+      // (`context`), where it does. What explains a candidate away:
+      // - a tuning check that fails on its host or OSD (instance: and
+      //   ceph_daemon:cephnode_tuning_latency_cause:max10m): the detuned-node alert names
+      //   the cause, the latency is its symptom;
+      // - laggy or waiting PGs, in the last 10 minutes: their primaries' ops wait for the
+      //   PG, and the laggy-PG alerts name the OSD or host behind them (the OSD means
+      //   leave those primaries out; the regression leaves out hosts in such PGs);
+      // - context (cluster:ceph_latency_context:max10m): recovery or backfill, degraded PGs
+      //   or noout, now or in the last 10 minutes: load the operator or Ceph itself put on
+      //   some OSDs, which a fleet comparison would read as slow OSDs.
+      // An OSD that is down or out has no ops, so no mean: it cannot be a candidate.
       {
         name: 'cephnode.regressions',
         interval: $._config.ruleEvaluationInterval,
         rules: [
-          // The latency alerts in three steps each: a recording of the candidates (the
-          // condition, minus what a named cause explains), then the alert as a ticket where the
-          // cluster's own state does not explain it, and as info, naming that state
-          // (`context`), where it does. What explains a candidate away:
-          // - a tuning check that fails on its host or OSD (instance: and
-          //   ceph_daemon:cephnode_tuning_latency_cause:max10m): the detuned-node alert names
-          //   the cause, the latency is its symptom;
-          // - laggy or waiting PGs, in the last 10 minutes: their primaries' ops wait for the
-          //   PG, and the laggy-PG alerts name the OSD or host behind them (the OSD means
-          //   leave those primaries out; the regression leaves out hosts in such PGs);
-          // - context (cluster:ceph_latency_context:max10m): recovery or backfill, degraded PGs
-          //   or noout, now or in the last 10 minutes: load the operator or Ceph itself put on
-          //   some OSDs, which a fleet comparison would read as slow OSDs.
-          // An OSD that is down or out has no ops, so no mean: it cannot be a candidate.
-          //
           // An OSD whose mean BlueStore commit latency (the exporter's, over 5 minutes) is at
           // least twice the median of its device class, and at least 1 ms.
           {
