@@ -34,6 +34,31 @@ local scalar(s) =
   else if isDuration(chars) then str
   else std.escapeStringJson(str);
 
+// A long one-line string (a description) as a folded block (`>-`), wrapped at about
+// 100 columns as people write them: YAML joins the lines with one space, so only a
+// string without line breaks, tabs, doubled, leading or trailing spaces is folded.
+local wrap(words, width) =
+  local step(acc, w) =
+    if acc.cur == '' then acc { cur: w }
+    else if std.length(acc.cur) + 1 + std.length(w) <= width then acc { cur: acc.cur + ' ' + w }
+    else { lines: acc.lines + [acc.cur], cur: w };
+  local done = std.foldl(step, words, { lines: [], cur: '' });
+  done.lines + [done.cur];
+
+local folded(str, indent) =
+  local words = std.split(str, ' ');
+  local width = 100 - indent - 2;
+  local foldable =
+    std.length(str) + indent > 90
+    && std.length(words) > 1
+    && std.length([w for w in words if w == '']) == 0
+    && std.length(std.split(str, '\t')) == 1
+    && std.length(std.split(str, '\n')) == 1;
+  if foldable then
+    local pad = std.repeat(' ', indent + 2);
+    '>-\n' + std.join('\n', [pad + l for l in wrap(words, width)])
+  else null;
+
 // A value after `key:` at `indent` spaces: a multi-line string is a literal block (`|`
 // keeps its one final newline, `|-` none); anything a block cannot hold exactly (trailing
 // spaces, a leading space or blank line, several final newlines) is a quoted string.
@@ -51,9 +76,11 @@ local value(s, indent) =
     && lines[0] != '' && lines[m - 1] != ''
     && std.substr(lines[0], 0, 1) != ' '
     && std.length([l for l in lines if std.endsWith(l, ' ')]) == 0;
+  local fold = if n == 1 then folded(str, indent) else null;
   if blockable then
     local pad = std.repeat(' ', indent + 2);
     (if final then '|' else '|-') + '\n' + std.join('\n', [if l == '' then '' else pad + l for l in lines])
+  else if fold != null then fold
   else scalar(str);
 
 // C++ jsonnet evaluates an object's field again on every access (go-jsonnet caches it),
