@@ -36,6 +36,8 @@ declare -A PROVIDES=(
   [lintian]=/usr/bin/lintian
   # man --warnings checks the man page (tests/test_packaging.py)
   [man-db]=/usr/bin/man
+  # builds the monitoring mixin (alerts/mixin/, `make mixin`, tests/test_mixin.py)
+  [jsonnet]=/usr/bin/jsonnet
 )
 
 want=("$@")

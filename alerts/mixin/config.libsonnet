@@ -1,0 +1,148 @@
+// The settings of the cephnode-exporter mixin. Override them in your own jsonnet:
+//
+//   (import 'cephnode-exporter/alerts/mixin/mixin.libsonnet') + {
+//     _config+:: { cephnodeSelector: 'job="node-ceph"', runbookURLPattern: 'https://wiki/%s' },
+//   }
+//
+// alerts/README.md ("Settings") says why each default has its value; the defaults are
+// today's rules, and `make mixin` writes the committed YAML and JSON with them.
+// Thresholds are numbers (formatted with %g into the expressions), hold times and
+// intervals Prometheus durations. Rate windows are not settings: they are part of the
+// recording rules' names (`mean_rate2m`, `ratio_rate10m`), which dashboards and
+// alerts read.
+{
+  _config+:: {
+    // ---------------------------------------------------------------- selectors, labels
+
+    // The exporter's scrape job, as in alerts/prometheus.yml: CephNodeExporterDown reads
+    // up{<this>}. The exporter's own series (cephnode_*) need no selector: no other
+    // exporter writes that prefix.
+    cephnodeSelector: 'job="cephnode"',
+
+    // The mgr's prometheus module (the ceph_* series: ceph_osd_metadata, ceph_osd_up,
+    // ceph_pg_*, ceph_health_detail, ceph_osd_flag_noout). Empty: no matcher, as today's
+    // rules (ceph-mixin selects them without a job too). Set it, e.g. 'job="ceph"', where
+    // another job exports ceph_* series of the same names.
+    cephSelector: '',
+
+    // The label that tells clusters apart, a target label on both jobs
+    // (alerts/prometheus.yml). Every aggregation and join of the rules keeps it; the
+    // dashboards' queries use it. Recording rule names keep the level `cluster`
+    // (cluster:ceph_latency_context:max10m): a name, not the label. alerts/alertmanager.yml
+    // is not generated: change its group_by and inhibit_rules' equal with it.
+    clusterLabel: 'cluster',
+
+    // ---------------------------------------------------------------- runbooks
+
+    // Where each alert's runbook is: %s is the alert's name. The default is the
+    // placeholder base of this repository's docs/runbooks/; point it at where your copy
+    // is served (kubernetes-mixin's runbookURLPattern, applied once to every alert).
+    runbookURLPattern: 'https://git.example.internal/ceph/cephnode-exporter/blob/main/docs/runbooks/%s.md',
+
+    // ---------------------------------------------------------------- evaluation
+
+    // Every group but the laggy-PG ones: a 1-minute resolution for the `for:` durations
+    // and the week-old baseline.
+    ruleEvaluationInterval: '1m',
+    // cephnode.pgs and cephnode.laggy: follow the 30 s scrapes for the laggy-PG alert's
+    // 2-minute deadline.
+    laggyRuleEvaluationInterval: '30s',
+
+    // ---------------------------------------------------------------- recording rules
+
+    // Minimum ops/s of an OSD and op type for its mean latency (a mean of a few ops is
+    // noise that would skew the medians).
+    latencyMinOpsPerSecond: 1,
+    // Active OSDs of a device class for a fleet median, and of a host for its median.
+    fleetMedianMinOSDs: 5,
+    hostMedianMinOSDs: 3,
+    // An idle state is deep above this exit latency: the cpu.cstates check's
+    // max_exit_latency_us default (C2 on EPYC, C6 on Xeon).
+    deepIdleExitLatencySeconds: 10e-6,
+
+    // ---------------------------------------------------------------- detuned node
+
+    // Hold of every alert that follows a tuning check (CephNodeDeepCStatesEnabled,
+    // CephNodeIOMMUTranslatingNVMe, CephNodeCPUGovernor, CephNodeNVMeScheduler,
+    // CephNodePCIeLinkDegraded, CephNodeNetworkMTU, CephNodeNetworkRings,
+    // CephNodeSysctlDrift, CephNodeTunedProfile, CephNodeOSDDebugLogging,
+    // CephNodeRocksDBUnoptimised, CephNodeTuningCheckFailed).
+    detunedCheckFor: '3m',
+
+    // CephNodeDeepCStatesResident: share of CPU time in deep idle states.
+    deepCStatesResidencyThreshold: 0.05,
+    deepCStatesResidentFor: '10m',
+
+    // CephNodeIOMMUSpinlockContention: share of busy samples spinning on IOMMU locks
+    // (warning, critical), judged on windows of at least this many busy samples.
+    iommuSpinlockWarningRatio: 0.05,
+    iommuSpinlockCriticalRatio: 0.25,
+    iommuSpinlockMinSamples: 100,
+    iommuSpinlockFor: '5m',
+
+    // ---------------------------------------------------------------- latency
+
+    // CephNodeOSDLatencyOutlier: an OSD's 2-minute mean read or write latency against
+    // its device class's median, with a floor in seconds.
+    osdLatencyOutlierFactor: 2,
+    osdLatencyOutlierMinSeconds: 0.0005,
+    osdLatencyOutlierFor: '5m',
+
+    // CephNodeHostLatencyOutlier: the median of a host's OSDs over the class median.
+    hostLatencyOutlierRatio: 1.2,
+    hostLatencyOutlierFor: '3m',
+
+    // CephNodeLatencyRegression: a host's 30-minute mean p99 against a week ago, with a
+    // floor, at no more than this ratio of last week's load.
+    latencyRegressionFactor: 1.5,
+    latencyRegressionMinSeconds: 0.001,
+    latencyRegressionMaxLoadRatio: 1.25,
+    latencyRegressionFor: '10m',
+
+    // CephNodeBlueStoreCommitOutlier: an OSD's mean commit latency against its class.
+    bluestoreCommitOutlierFactor: 2,
+    bluestoreCommitOutlierMinSeconds: 0.001,
+    bluestoreCommitOutlierFor: '5m',
+
+    // CephNodeRocksDBLatencyOutlier: an OSD's mean RocksDB get or submit latency
+    // against its class; the floor stays below twice a healthy NVMe get (about 10 us).
+    rocksdbLatencyOutlierFactor: 2,
+    rocksdbLatencyOutlierMinSeconds: 0.00001,
+    rocksdbLatencyOutlierFor: '5m',
+
+    // CephNodeSlowOps.
+    slowOpsFor: '1m',
+
+    // ---------------------------------------------------------------- laggy PGs
+
+    // CephNodeLaggyPGs, and CephNodeLaggyPGsAttributed: the share of the laggy PGs an
+    // OSD (as a replica) or a host must be in to be named.
+    laggyPGsFor: '1m',
+    laggyPGsAttributionShare: 0.5,
+    laggyPGsAttributedFor: '1m',
+
+    // ---------------------------------------------------------------- the exporter
+
+    exporterDownFor: '5m',
+    collectorFailingFor: '15m',
+    osdSocketUnresponsiveFor: '2m',
+
+    // ---------------------------------------------------------------- dashboards
+
+    // Tags, auto-refresh and default time range of both dashboards. The defaults are
+    // dashboards/generate.py's, so that the committed JSON is the generator's output
+    // unchanged (tests/test_dashboards.py); alerts/README.md, "Monitoring mixin".
+    dashboardTags: ['ceph', 'cephnode-exporter'],
+    dashboardRefresh: '1m',
+    dashboardTimeFrom: 'now-6h',
+    dashboardTimeTo: 'now',
+    dashboardTimezone: 'browser',
+
+    // ---------------------------------------------------------------- derived
+
+    // Not settings: cephSelector in the two forms the expressions need ('{job="ceph"}'
+    // after a bare name, ', job="ceph"' inside existing braces), empty when it is.
+    cephSelectorBraces: if self.cephSelector == '' then '' else '{%s}' % self.cephSelector,
+    cephSelectorAppend: if self.cephSelector == '' then '' else ', %s' % self.cephSelector,
+  },
+}
