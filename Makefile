@@ -72,7 +72,8 @@ GOLDEN_TESTS := \
 	tests/test_kernel.py::test_kernel_exposition \
 	tests/test_net.py::test_net_exposition \
 	tests/test_nvme.py::test_nvme_exposition \
-	tests/test_iommu.py::test_iommu_exposition
+	tests/test_iommu.py::test_iommu_exposition \
+	tests/test_irq.py::test_collector_exposition
 
 .PHONY: generate
 generate: venv deps

@@ -221,8 +221,8 @@ def rule_manager(
         groups = get(prom, "/api/v1/rules")["groups"]
         unhealthy = {g["name"]: sum(1 for r in g["rules"] if r["health"] != "ok") for g in groups}
         fresh = prom.query(
-            f"count(timestamp(ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m)"
-            f" > {data_end})"
+            f"count(max_over_time(timestamp(ceph_daemon_op:cephnode_osd_op_latency_seconds"
+            f":mean_rate2m)[{int(seconds) + 60}s:15s]) > {data_end})"
         )
     p99 = int(float(fresh[0]["value"][1])) if fresh else 0
     per_group = {g: list(v.values()) for g, v in seen.items()}
