@@ -28,6 +28,11 @@ PER_NODE = (
     "kernel.prom",
     "net.prom",
     "nvme.prom",
+    # tests/test_irq.py::test_collector_exposition
+    "irq.prom",
+    "firmware.prom",
+    "thp.prom",
+    "cpuhw.prom",
     "iommu.prom",
 )
 TOP = ("epyc9454p-detuned.prom",)

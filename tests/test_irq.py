@@ -21,9 +21,17 @@ from cephnode_exporter.hostfs.irq import (
     unreadable_reason,
 )
 
-from tests.conftest import GOLDEN, NODES, MakeTree, Tree, collect, compare_golden, value
+from tests.conftest import (
+    GOLDEN,
+    NODES,
+    MakeTree,
+    Tree,
+    collect,
+    collector_exposition,
+    compare_golden,
+    value,
+)
 from tests.fixtures.sysfsgen import load_node
-from tests.test_collectors import exposition_of
 
 PORTS = ("ens1f0np0", "ens1f1np1")
 NVME = tuple(f"nvme{i}" for i in range(10))
@@ -77,7 +85,11 @@ def test_collector_exposition(
     request: pytest.FixtureRequest, node_trees: dict[str, Tree], node: str, collector: str
 ) -> None:
     result = collect(node_trees[node].flags)
-    compare_golden(request, GOLDEN / node / f"{collector}.prom", exposition_of(result, collector))
+    compare_golden(
+        request,
+        GOLDEN / node / f"{collector}.prom",
+        collector_exposition(result, collector, clean=False),
+    )
 
 
 @pytest.mark.parametrize("node", NODES)
