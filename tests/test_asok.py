@@ -32,10 +32,9 @@ from cephnode_exporter.ceph.asok import (
     AsokReplyTooLarge,
     AsokTimeout,
     AsokTruncated,
-    QueryPool,
-    query_all,
 )
 from cephnode_exporter.ceph.discovery import DiscoveryError, discover_osd_sockets
+from cephnode_exporter.ceph.querypool import QueryPool, query_all
 from cephnode_exporter.hostfs import ReadErrors
 
 PERF_DUMP = {"osd": {"op_w": 7, "op_w_latency": {"avgcount": 7, "sum": 0.07, "avgtime": 0.01}}}

@@ -61,7 +61,7 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from cephnode_exporter.ceph import perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokStale, QueryPool
+from cephnode_exporter.ceph.asok import AdminSocket, AsokStale
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     Answer,
@@ -72,6 +72,7 @@ from cephnode_exporter.ceph.discovery import (
     discover_osd_sockets,
     limit_sockets,
 )
+from cephnode_exporter.ceph.querypool import QueryPool
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
