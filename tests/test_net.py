@@ -912,7 +912,7 @@ def test_speed_einval_means_unknown(make_tree: MakeTree, monkeypatch: pytest.Mon
 
 # --- Ceph ports: which ports the default selection judges ------------------------------
 
-# A storage node as the issue describes it: a 1 GbE management port (the board's LOM,
+# A typical storage node: a 1 GbE management port (the board's LOM,
 # tg3) at MTU 1500 with the default route, and two 100 GbE ports for the public and
 # the cluster network.
 PUBLIC, CLUSTER = "10.10.0.12", "10.20.0.12"
