@@ -65,8 +65,8 @@ from cephnode_exporter.ceph.asok import AdminSocket, AsokStale
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     Answer,
-    DiscoveryError,
     Dropped,
+    NoSocketDirectory,
     OSDSocket,
     choose_sockets,
     discover_osd_sockets,
@@ -238,9 +238,7 @@ class OSDCollector(Collector):
         errors = ReadErrors()
         try:
             sockets = discover_osd_sockets(self._socket_dir, errors)
-        except DiscoveryError as exc:
-            if "no such directory" not in str(exc):
-                raise
+        except NoSocketDirectory:
             # No Ceph on this node (or not yet): a success; its only OSD series is sockets 0.
             if not self._dir_missing_logged:
                 log.info("no Ceph socket directory", extra=kv(path=self._socket_dir))
