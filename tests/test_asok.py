@@ -32,10 +32,13 @@ from cephnode_exporter.ceph.asok import (
     AsokReplyTooLarge,
     AsokTimeout,
     AsokTruncated,
-    QueryPool,
-    query_all,
 )
-from cephnode_exporter.ceph.discovery import DiscoveryError, discover_osd_sockets
+from cephnode_exporter.ceph.discovery import (
+    DiscoveryError,
+    NoSocketDirectory,
+    discover_osd_sockets,
+)
+from cephnode_exporter.ceph.querypool import QueryPool, query_all
 from cephnode_exporter.hostfs import ReadErrors
 
 PERF_DUMP = {"osd": {"op_w": 7, "op_w_latency": {"avgcount": 7, "sum": 0.07, "avgtime": 0.01}}}
@@ -667,11 +670,14 @@ def test_discovery_follows_sockets_coming_and_going(short_dir: Path) -> None:
 
 
 def test_discovery_errors(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(DiscoveryError, match="no such directory"):
+    with pytest.raises(NoSocketDirectory, match="no such directory"):
         discover_osd_sockets(str(short_dir / "missing"))
+    assert issubclass(NoSocketDirectory, DiscoveryError)
     (short_dir / "file").write_text("")
-    with pytest.raises(DiscoveryError, match="not a directory"):
+    with pytest.raises(DiscoveryError, match="not a directory") as not_dir:
         discover_osd_sockets(str(short_dir / "file"))
+    # Only a missing directory is "no Ceph here" (the osd collector's success).
+    assert not isinstance(not_dir.value, NoSocketDirectory)
 
     # Root ignores directory permissions, so EACCES is injected.
     fsid_dir = short_dir / FSID
@@ -690,6 +696,7 @@ def test_discovery_errors(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert [s.ceph_daemon for s in found] == ["osd.0"]
     assert len(errors) == 1 and str(fsid_dir) in errors.items[0]
     assert discover_osd_sockets(str(short_dir)) == found  # no errors object: just skipped
-    with pytest.raises(DiscoveryError, match=r"permission denied .*group ceph"):
+    with pytest.raises(DiscoveryError, match=r"permission denied .*group ceph") as denied:
         discover_osd_sockets("/denied")
+    assert not isinstance(denied.value, NoSocketDirectory)
     keep.close()

@@ -23,10 +23,9 @@ from cephnode_exporter.ceph.asok import (
     AdminSocket,
     AsokCommandError,
     AsokTimeout,
-    QueryPool,
-    query_all,
 )
 from cephnode_exporter.ceph.discovery import discover_osd_sockets
+from cephnode_exporter.ceph.querypool import QueryPool, query_all
 
 from tests.cephcluster import MODE_0770_OSD, CephCluster, shared_cluster
 from tests.conftest import REPO, need

@@ -403,7 +403,7 @@ def window_means(
     window_quantiles): each perf dump average's sum over its count (``avgs``: per OSD, as
     the collector read them), the process's CPU seconds over its client ops, per OSD and
     for the node, each with the exporter's 1/s floor."""
-    from cephnode_exporter.collectors.osd import MEAN_MIN_RATE
+    from cephnode_exporter.collectors.osd_latency import MEAN_MIN_RATE
     from prometheus_client.core import GaugeMetricFamily
 
     def per_osd(name: str) -> dict[tuple[tuple[str, str], ...], float]:

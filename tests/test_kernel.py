@@ -44,7 +44,7 @@ from tests.conftest import (
 from tests.fixtures.sysfsgen import load_node
 
 KERNEL_CHECKS = ("kernel.mitigations", "tuned.profile")
-SEED_SYSCTLS = (
+IO500_SYSCTLS = (
     "net.core.netdev_max_backlog",
     "net.core.rmem_max",
     "net.core.somaxconn",
@@ -224,12 +224,12 @@ def test_default_profile_makes_one_check_per_sysctl() -> None:
     profile = load_profile(None, specs)
     names = sorted(n for n in profile.checks if n.startswith("sysctl."))
     assert names == sorted(
-        [f"sysctl.{s}" for s in SEED_SYSCTLS] + ["sysctl.net.ipv4.tcp_low_latency"]
+        [f"sysctl.{s}" for s in IO500_SYSCTLS] + ["sysctl.net.ipv4.tcp_low_latency"]
     )
     assert "sysctl" not in profile.checks  # the family itself has no result
     # tcp_low_latency is a no-op since 4.14: in the profile, off, so not read
     assert not profile.checks["sysctl.net.ipv4.tcp_low_latency"].enabled
-    assert profile.members("sysctl") == sorted(SEED_SYSCTLS)
+    assert profile.members("sysctl") == sorted(IO500_SYSCTLS)
     somaxconn = profile.checks["sysctl.net.core.somaxconn"]
     assert somaxconn.params == {"value": 2048, "compare": "at_least"}
     assert str(somaxconn.severity) == "warn"
@@ -336,14 +336,14 @@ def test_cmdline_flags(make_tree: MakeTree) -> None:
 
 EXPECTED_STATUS = {
     "epyc9454p-tuned": {
-        **{f"sysctl.{s}": "pass" for s in SEED_SYSCTLS},
+        **{f"sysctl.{s}": "pass" for s in IO500_SYSCTLS},
         "sysctl.net.ipv4.tcp_low_latency": "skip",
         "tuned.profile": "pass",
         "kernel.mitigations": "pass",
     },
     "epyc9454p-detuned": {
-        **{f"sysctl.{s}": "warn" for s in SEED_SYSCTLS},
-        "sysctl.net.core.somaxconn": "pass",  # 4096 since Linux 5.4 is above seed 004's 2048
+        **{f"sysctl.{s}": "warn" for s in IO500_SYSCTLS},
+        "sysctl.net.core.somaxconn": "pass",  # 4096 since Linux 5.4 is above the IO500 run's 2048
         "sysctl.net.ipv4.tcp_low_latency": "skip",
         "tuned.profile": "warn",
         "kernel.mitigations": "pass",
@@ -373,7 +373,7 @@ def test_detuned_sysctl_hints_say_the_fix(node_trees: dict[str, Tree]) -> None:
     rmem = results["sysctl.net.ipv4.tcp_rmem"]
     assert rmem["observed"] == "4096 131072 6291456"
     assert rmem["expected"] == "at least 10240 87380 2147483647 (element-wise)"
-    # the default element (131072) is already above seed 004's 87380: the fix keeps it
+    # the default element (131072) is already above the IO500 run's 87380: the fix keeps it
     assert 'sysctl -w net.ipv4.tcp_rmem="10240 131072 2147483647"' in rmem["hint"]
     assert "'net.ipv4.tcp_rmem = 10240 131072 2147483647'" in rmem["hint"]
     assert "/etc/sysctl.d/" in rmem["hint"]

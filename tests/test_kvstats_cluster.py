@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.ceph.asok import AdminSocket
-from cephnode_exporter.collectors.osd import KV_CF_COUNTERS, KV_DB_COUNTERS
+from cephnode_exporter.collectors.osd_catalogue import KV_CF_COUNTERS, KV_DB_COUNTERS
 from cephnode_exporter.scrape import Collection
 
 from tests.cephcluster import CephCluster, shared_cluster

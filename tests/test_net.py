@@ -42,6 +42,7 @@ from cephnode_exporter.hostfs.ethtool import (
     FixtureRingReader,
     Ifreq,
     RingParam,
+    RingReader,
     ifname,
     pack_request,
     parse_fixture,
@@ -52,6 +53,7 @@ from cephnode_exporter.hostfs.net import (
     RINGS_ERROR,
     RINGS_OK,
     RINGS_UNSUPPORTED,
+    Interface,
     Vanished,
     parse_mtu,
     parse_numa_node,
@@ -835,6 +837,11 @@ def _discovered(tree: Tree, name: str) -> NetInterface:
     return dev
 
 
+def _read(dev: NetInterface, rings: RingReader | None, errors: ReadErrors) -> Interface | None:
+    """read_interface of a discovered interface, as the net collector calls it."""
+    return read_interface(dev.syspath, dev.name, rings, errors, pci=dev.pci, virtual=dev.virtual)
+
+
 class _Rings:
     """A ring reader that runs ``action`` and then fails like the ioctl would."""
 
@@ -859,10 +866,10 @@ def test_interface_vanishing_mid_scrape(make_tree: MakeTree) -> None:
     dev = _discovered(tree, "ens1f1np1")
     errors = ReadErrors()
     rings = _Rings(lambda: shutil.rmtree(dev.syspath), errno.ENODEV)
-    assert read_interface(dev, rings, errors) is None
+    assert _read(dev, rings, errors) is None
     assert len(errors) == 0
     # the directory disappears before the first attribute read
-    assert read_interface(dev, FixtureRingReader(fs_of(tree)), errors) is None
+    assert _read(dev, FixtureRingReader(fs_of(tree)), errors) is None
     assert len(errors) == 0
 
 
@@ -870,15 +877,15 @@ def test_enodev_with_the_interface_still_in_sysfs_is_counted(make_tree: MakeTree
     tree = make_tree(small())
     dev = _discovered(tree, "ens1f1np1")
     errors = ReadErrors()
-    iface = read_interface(dev, _Rings(lambda: None, errno.ENODEV), errors)
+    iface = _read(dev, _Rings(lambda: None, errno.ENODEV), errors)
     assert iface is not None and iface.rings_state == RINGS_ERROR
     assert iface.mtu == 1500
     assert len(errors) == 1 and "network namespace" in errors.items[0]
-    good = read_interface(dev, FixtureRingReader(fs_of(tree)), ReadErrors())
+    good = _read(dev, FixtureRingReader(fs_of(tree)), ReadErrors())
     assert good is not None and good.rings_state == RINGS_OK
     # no stand-in file: like a driver without get_ringparam
     lo = _discovered(tree, "lo")
-    unsupported = read_interface(lo, FixtureRingReader(fs_of(tree)), ReadErrors())
+    unsupported = _read(lo, FixtureRingReader(fs_of(tree)), ReadErrors())
     assert unsupported is not None and unsupported.rings_state == RINGS_UNSUPPORTED
 
 
@@ -899,20 +906,20 @@ def test_speed_einval_means_unknown(make_tree: MakeTree, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(hostnet, "read_text", failing(errno.EINVAL))
     errors = ReadErrors()
-    iface = read_interface(dev, FixtureRingReader(fs_of(tree)), errors)
+    iface = _read(dev, FixtureRingReader(fs_of(tree)), errors)
     assert iface is not None and iface.speed_mbps is None and len(errors) == 0
     monkeypatch.setattr(hostnet, "read_text", failing(errno.EIO))
-    iface = read_interface(dev, FixtureRingReader(fs_of(tree)), errors)
+    iface = _read(dev, FixtureRingReader(fs_of(tree)), errors)
     assert iface is not None and iface.speed_mbps is None and len(errors) == 1
     monkeypatch.setattr(hostnet, "read_text", failing(errno.ENODEV))
     shutil.rmtree(dev.syspath)
     with pytest.raises(Vanished):
-        hostnet._Reader(dev, errors).attr(dev.syspath + "/speed", parse_speed)
+        hostnet._Reader(dev.syspath, dev.name, errors).attr(dev.syspath + "/speed", parse_speed)
 
 
 # --- Ceph ports: which ports the default selection judges ------------------------------
 
-# A storage node as the issue describes it: a 1 GbE management port (the board's LOM,
+# A typical storage node: a 1 GbE management port (the board's LOM,
 # tg3) at MTU 1500 with the default route, and two 100 GbE ports for the public and
 # the cluster network.
 PUBLIC, CLUSTER = "10.10.0.12", "10.20.0.12"

@@ -33,6 +33,7 @@ from cephnode_exporter.ceph import counters, perf
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
 from cephnode_exporter.collectors import osd as osd_collector
+from cephnode_exporter.collectors import osd_catalogue, osd_query
 from cephnode_exporter.collectors.osd import OSDCollectorFacts, OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError, blockdev, numa, process
 from cephnode_exporter.profile import load_profile
@@ -1373,8 +1374,8 @@ def test_fixture_osds_section_is_strict(tmp_path: Path) -> None:
 # record-kvstats): both sections after a small-object write load and a compaction, the
 # compaction table alone, and the empty reply without rocksdb_perf.
 KV_FIXTURES = FIXTURES / "kvstats"
-KV_DB_COUNTERS = osd_collector.KV_DB_COUNTERS
-KV_CF_COUNTERS = osd_collector.KV_CF_COUNTERS
+KV_DB_COUNTERS = osd_catalogue.KV_DB_COUNTERS
+KV_CF_COUNTERS = osd_catalogue.KV_CF_COUNTERS
 KV_OPTIONS = {
     "rocksdb_perf": "true",
     "rocksdb_collect_compaction_stats": "true",
@@ -1801,7 +1802,7 @@ def test_a_config_reply_that_does_not_parse_is_asked_again(
 
 
 class _ScriptedSocket:
-    """Stands in for AdminSocket in :func:`osd_collector._query`: answers from the
+    """Stands in for AdminSocket in :func:`osd_query._query`: answers from the
     recorded payloads and reports the peer pid it is told."""
 
     def __init__(self, pid: int | None) -> None:
@@ -1828,14 +1829,14 @@ def test_a_restarted_osd_is_asked_for_its_config_at_once(tmp_path: Path) -> None
     from cephnode_exporter.hostfs.process import ProcessState
 
     fs = HostFS(sysfs=str(tmp_path), procfs=str(tmp_path), rootfs=str(tmp_path))
-    cache = osd_collector.ConfigCache()
+    cache = osd_query.ConfigCache()
 
     def scrape(pid: int | None, interval: float = 60) -> list[str]:
         sock = _ScriptedSocket(pid)
-        replies = osd_collector._query(sock, time.monotonic() + 5, fs, ProcessState(), cache,
+        replies = osd_query._query(sock, time.monotonic() + 5, fs, ProcessState(), cache,
                                        interval)  # type: ignore[arg-type]  # fmt: skip
         facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
-        osd_collector.parse_replies(facts, replies)
+        osd_query.parse_replies(facts, replies)
         assert facts.version == "16.2.15" and facts.config is not None
         return sock.asked
 

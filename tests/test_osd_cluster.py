@@ -377,16 +377,16 @@ def test_every_counter_of_the_release_is_read_and_none_missing(
     cephnode_osd_bluestore_commit_latency_seconds); the ones it does not expect (Reef's
     dropped compact_range) are absent."""
     from cephnode_exporter.ceph import counters
-    from cephnode_exporter.collectors import osd as osd_collector
+    from cephnode_exporter.collectors import osd_catalogue
 
     tree = node_trees["epyc9454p-tuned"]
     c, _ = scrape(osd_cluster, tree)
     assert value(c, "cephnode_osd_counters_missing") == 0
     major = int(osd_cluster.version.split(".")[0])
     families = [
-        *((k, f"cephnode_osd_{m}_count") for k, m, _ in osd_collector.SUMMARIES),
-        *((k, f"cephnode_osd_{m}_total") for k, m, _ in osd_collector.COUNTERS),
-        *((k, f"cephnode_osd_{m}") for k, m, _ in osd_collector.GAUGES),
+        *((k, f"cephnode_osd_{m}_count") for k, m, _ in osd_catalogue.SUMMARIES),
+        *((k, f"cephnode_osd_{m}_total") for k, m, _ in osd_catalogue.COUNTERS),
+        *((k, f"cephnode_osd_{m}") for k, m, _ in osd_catalogue.GAUGES),
     ]
     for osd_id in osd_cluster.osds:
         d = f"osd.{osd_id}"

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from cephnode_exporter.ceph import counters, kvstats, perf
 from cephnode_exporter.cli import build_scraper, parse_args
-from cephnode_exporter.collectors import osd as osd_collector
+from cephnode_exporter.collectors import osd_catalogue
 from cephnode_exporter.exposition import encode
 from cephnode_exporter.scrape import Collection
 
@@ -45,7 +45,7 @@ BLUESTORE_SLOW = {
 # The RocksDB statistics families (dump_objectstore_kv_stats).
 KV_NAMES = frozenset(
     f"cephnode_osd_{suffix}_total"
-    for _, suffix, _ in osd_collector.KV_DB_COUNTERS + osd_collector.KV_CF_COUNTERS
+    for _, suffix, _ in osd_catalogue.KV_DB_COUNTERS + osd_catalogue.KV_CF_COUNTERS
 )
 # Every family this module's signals add (for the absence checks on Pacific).
 NEW_FAMILIES = (

@@ -53,7 +53,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "ceph" / "pgs"
 ONLY_PGS = ["--collector.pgs", "--no-collector.osd", "--no-collector.cpuidle",
             "--no-collector.cpufreq", "--no-collector.kernel", "--no-collector.nvme",
             "--no-collector.net", "--no-collector.iommu"]  # fmt: skip
-# The reference incident (DOMAIN.md section 1): 1,651 of 131,073 PGs laggy, 630 OSDs.
+# The reference incident (ceph.io, "Ceph: A Journey to 1 TiB/s"): 1,651 of 131,073 PGs
+# laggy, 630 OSDs.
 REFERENCE_LAGGY, REFERENCE_OSDS = 1651, 630
 
 

@@ -1,6 +1,6 @@
 """A generated 68-node, 630-OSD Ceph fleet: every series the alert rules read, over time.
 
-Why generated: nobody has the reference cluster (shared/DOMAIN.md section 1: 68 Dell
+Why generated: nobody has the reference cluster (ceph.io, "Ceph: A Journey to 1 TiB/s": 68 Dell
 R6615, one EPYC 9454P with 96 threads each, 10 NVMe per node, 630 OSDs) in CI, and the
 alert rules must be proven at its scale: fleet medians over 630 OSDs, joins with the
 mgr's metadata, and no false alarm from one noisy OSD among 630 or from a fleet-wide load
@@ -23,7 +23,7 @@ Where the values come from:
   parser). Ops per interval are Poisson; each op's latency is drawn from a log-normal body
   with a 2 % slower tail (shape chosen, not measured), so buckets, ``_count``, ``_sum`` and
   ``cephnode_osd_ops_total`` agree exactly: counters only grow, buckets are cumulative,
-  ``_count`` is the ``+Inf`` bucket. Magnitudes (chosen, order of the seeds' all-NVMe
+  ``_count`` is the ``+Inf`` bucket. Magnitudes (chosen, order of the reference all-NVMe
   cluster): 2,500 reads, 1,200 writes and 25 read-modify-writes per second per OSD at
   base load, medians 0.45 / 1.8 / 2.2 ms. The exporter's per-OSD p99 gauge and per-host
   pooled histogram are computed from these histograms by the exporter's own code
@@ -50,7 +50,8 @@ history rather than silenced by missing data.
 Faults (``Faults``; each chronic unless said, i.e. also present a week ago):
 
 - ``cstates``: a tuned node whose C2 (exit latency 400 us) is enabled on all 96 CPUs and
-  holds ~60 % of idle time; its OSDs are 12 % slower (seed: fixing C-states gave 10-20 %).
+  holds ~60 % of idle time; its OSDs are 12 % slower (the reference cluster: fixing
+  C-states gave 10-20 %).
 - ``iommu``: a tuned node without ``iommu=pt`` (groups ``DMA-FQ``), kprofile spin-lock share
   under IOMMU code 40 % (more at high load); its OSDs 18-30 % slower, growing with load
   (chosen below the host-outlier threshold: the detuned-node alerts are there to name
@@ -106,7 +107,7 @@ MON_NODES = 3
 # 630 = 18 x 10 + 50 x 9: every node has 10 NVMe, 50 of them keep one as a spare.
 TEN_OSD_NODES = OSD_COUNT - OSD_NODES * (NVME_PER_NODE - 1)
 # 17.2.8 has the RocksDB build fix (ceph PR #54918, checks/osd.py): osd.rocksdb_build
-# passes, as on a fleet that followed the seeds' advice.
+# passes, as on a fleet that took the reference cluster's fix.
 CEPH_VERSION = "17.2.8"
 CEPH_VERSION_LONG = "ceph version 17.2.8 (f817ceb7f187defb1d021d6328fa833eb8e943b3) quincy (stable)"
 POOLS = {"1": ".mgr", "2": "rbd"}

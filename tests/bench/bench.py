@@ -71,10 +71,10 @@ class Result:
 
 
 # Threads of a real-shaped replayed OSD: the test cluster's ceph-osd processes ran 46 to
-# 59 threads (issue 17); the fixture's OSD directories are ceph-10 to ceph-19.
+# 59 threads; the fixture's OSD directories are ceph-10 to ceph-19.
 OSD_THREADS = 55
 FIXTURE_OSD_IDS = range(10, 20)
-# The issue's goal for ten real-shaped OSDs: exporter CPU added per scrape.
+# The goal for ten real-shaped OSDs (docs/performance.md): exporter CPU added per scrape.
 OSD_CPU_GOAL_MS = 20.0
 
 
@@ -430,7 +430,7 @@ def main() -> int:
                 "cephnode_scrape_collector_success",
             )
         )
-        # The reference node's ten NVMe OSDs: tuned (debug 0/0, seed 004) and at Ceph's
+        # The reference node's ten NVMe OSDs: tuned (debug 0/0, as SUSE's IO500 run) and at Ceph's
         # default debug levels (one more series per non-zero subsystem of the profile).
         for label, flags in (
             (f"+ {args.osds} BlueStore OSDs, debug 0/0", ["--debug-zero"]),

@@ -90,7 +90,7 @@ def replies(
     for command, stem in COMMANDS.items():
         data = json.loads((FIXTURES / f"{kind}.{stem}.json").read_bytes())
         if command == "config show" and debug_zero:
-            # A tuned OSD (seed 004): every debug subsystem at 0/0.
+            # A tuned OSD (as SUSE's IO500 run): every debug subsystem at 0/0.
             for key, val in data.items():
                 if key.startswith("debug_") and "/" in str(val):
                     data[key] = "0/0"

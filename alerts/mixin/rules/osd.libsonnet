@@ -190,11 +190,12 @@
           },
           // RocksDB call latency per stage (absent below 1 call/s) of the calls that are
           // RocksDB's own CPU work: get (lookups of onodes and metadata) and submit (memtable
-          // inserts of each transaction). A RocksDB built without optimisation (DOMAIN.md
-          // section 1, bottleneck 3) is slower at both, by microseconds a device's latency
-          // would hide. The exporter's third stage, submit_sync (the kv_sync thread's WAL
-          // write and flush of a batch), waits for the DB device: it is in the BlueStore
-          // commit latency above, which the fleet already compares.
+          // inserts of each transaction). A RocksDB built without optimisation (ceph/ceph
+          // PR #54918: distribution builds of the bundled RocksDB lacked -O2) is slower at
+          // both, by microseconds a device's latency would hide. The exporter's third
+          // stage, submit_sync (the kv_sync thread's WAL write and flush of a batch), waits
+          // for the DB device: it is in the BlueStore commit latency above, which the fleet
+          // already compares.
           {
             record: 'ceph_daemon_stage:cephnode_osd_rocksdb_latency_seconds:mean5m',
             expr: |||

@@ -47,6 +47,10 @@ class DiscoveryError(OSError):
     """The socket directory itself cannot be listed (missing, permission, not a dir)."""
 
 
+class NoSocketDirectory(DiscoveryError):
+    """The socket directory does not exist: no Ceph daemon ran on this node (yet)."""
+
+
 @dataclass(frozen=True, order=True)
 class OSDSocket:
     """An OSD admin socket. ``cluster`` is the cluster name (package layout) or the
@@ -119,7 +123,8 @@ def discover_osd_sockets(
 ) -> list[OSDSocket]:
     """Every OSD socket under ``socket_dir`` in both layouts, sorted by cluster and id.
 
-    Raises :class:`DiscoveryError` when ``socket_dir`` cannot be listed. A cephadm
+    Raises :class:`DiscoveryError` when ``socket_dir`` cannot be listed
+    (:class:`NoSocketDirectory` when it does not exist). A cephadm
     cluster directory that cannot be listed is skipped and recorded in ``errors``. Not
     OSD sockets (mon, mgr, mds, rgw, ``client.*``), files that are not sockets and other
     directories are ignored.
@@ -127,7 +132,7 @@ def discover_osd_sockets(
     try:
         entries = _scan(socket_dir)
     except FileNotFoundError:
-        raise DiscoveryError(f"{socket_dir}: no such directory (--ceph.socket-dir)") from None
+        raise NoSocketDirectory(f"{socket_dir}: no such directory (--ceph.socket-dir)") from None
     except PermissionError:
         raise DiscoveryError(
             f"{socket_dir}: permission denied (the exporter's user must be in group ceph)"

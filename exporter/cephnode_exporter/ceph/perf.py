@@ -49,7 +49,7 @@ OP_LATENCY_AVGS: Mapping[str, str] = {
 # series per op. Edges above 6.55 s (k = 16) are dropped: a coarser cumulative
 # histogram is still exact at the edges it keeps, ops slower than 6.5 s are counted in
 # +Inf, and such ops are reported individually by the in-flight and slow-op metrics.
-# The 13.1 s edge went to pay for the three p99 gauges (collectors/osd.py), so they
+# The 13.1 s edge went to pay for the three p99 gauges (collectors/osd_latency.py), so they
 # added no series (a tuned OSD: 117, docs/metrics.md); a p99 above 6.5 s
 # reads as 6.5536 either way.
 MAX_EDGE_SECONDS = 6.6

@@ -1,4 +1,8 @@
-"""The collectors, one per module; importing this package registers them all."""
+"""The collectors, one per module; importing this package registers them all.
+
+The ``osd`` collector's parts that are not a collector of their own live beside it as
+``osd_*.py`` (collectors/osd.py says which does what).
+"""
 
 from cephnode_exporter.collectors import (  # noqa: F401  (registration)
     cpufreq,

@@ -136,7 +136,10 @@ class NetCollector(Collector):
             wanted, lambda d: (d.virtual, natural_key(d.name))
         )
         for dev in kept:
-            iface = read_interface(dev, None if dev.virtual else self._rings, facts.errors)
+            rings = None if dev.virtual else self._rings
+            iface = read_interface(
+                dev.syspath, dev.name, rings, facts.errors, pci=dev.pci, virtual=dev.virtual
+            )
             if iface is not None:
                 facts.interfaces[dev.name] = iface
         facts.ceph = read_ceph_addresses(self.ctx.fs, facts.errors)

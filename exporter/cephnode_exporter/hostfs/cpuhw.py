@@ -1,8 +1,8 @@
 """What the CPUs really do, as far as the kernel shows it without privileges.
 
 The cpufreq governor and the cpuidle states say what the OS asks for; the BIOS and the
-hardware decide what happens (the reference cluster's C-state fault was a BIOS setting,
-shared/DOMAIN.md section 1). Two unprivileged views exist:
+hardware decide what happens (the reference cluster's C-state fault was a BIOS setting:
+ceph.io, "Ceph: A Journey to 1 TiB/s"). Two unprivileged views exist:
 
 - The achieved frequency (Documentation/admin-guide/pm/cpufreq.rst,
   Documentation/ABI/testing/sysfs-devices-system-cpu): ``cpuinfo_avg_freq``, added by

@@ -1,8 +1,8 @@
 """Firmware, CPU microcode and kernel release: what changed under a node between reboots.
 
-The reference cluster's first bottleneck was a BIOS setting (shared/DOMAIN.md section 1);
-a BIOS update, a microcode update or a new kernel is what an operator wants to see next
-to a latency change. Only world-readable files are used:
+The reference cluster's first bottleneck was a BIOS setting (ceph.io, "Ceph: A Journey to
+1 TiB/s"); a BIOS update, a microcode update or a new kernel is what an operator wants to
+see next to a latency change. Only world-readable files are used:
 
 - DMI, the attributes of ``/sys/class/dmi/id`` (drivers/firmware/dmi-id.c):
   ``bios_vendor``, ``bios_version``, ``bios_date``, ``sys_vendor``, ``product_name``

@@ -15,10 +15,10 @@ Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-cl
   - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
     gives no proximity for it.
 
-The interface records come from device discovery (:mod:`cephnode_exporter.devices`,
-whose NetInterface has the shape of :class:`NetDevice`); an
-interface that disappears while it is being read (hot-unplug, rename) is skipped without
-counting an error, like discovery does.
+As every device reader of hostfs, :func:`read_interface` takes the interface's resolved
+sysfs directory; its name, PCI function and kind come from device discovery
+(:mod:`cephnode_exporter.devices`). An interface that disappears while it is being read
+(hot-unplug, rename) is skipped without counting an error, like discovery does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from cephnode_exporter.hostfs import ParseError, ReadErrors, read_text
 from cephnode_exporter.hostfs.ethtool import RingParam, RingReader
@@ -45,20 +45,6 @@ RINGS_ERROR = "error"
 RINGS_NOT_READ = "not_read"  # virtual interfaces: rings are a property of the port
 
 T = TypeVar("T")
-
-
-class NetDevice(Protocol):
-    """What this module needs of a discovered interface (devices.NetInterface): its
-    name, resolved sysfs directory, nearest PCI function and whether it is virtual."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def syspath(self) -> str: ...
-    @property
-    def pci(self) -> str | None: ...
-    @property
-    def virtual(self) -> bool: ...
 
 
 class Vanished(Exception):
@@ -122,12 +108,13 @@ def parse_operstate(text: str, path: str = "operstate") -> str:
 class _Reader:
     """Reads one interface's attributes; errors go to ``errors`` unless it vanished."""
 
-    def __init__(self, dev: NetDevice, errors: ReadErrors) -> None:
-        self.dev = dev
+    def __init__(self, syspath: str, name: str, errors: ReadErrors) -> None:
+        self.syspath = syspath
+        self.name = name
         self.errors = errors
 
     def gone(self) -> bool:
-        return not os.path.isdir(self.dev.syspath)
+        return not os.path.isdir(self.syspath)
 
     def attr(
         self,
@@ -156,7 +143,7 @@ class _Reader:
     def link_name(self, rel: str) -> str | None:
         """Basename of a symlink's target (driver, master); None when there is none."""
         try:
-            return os.path.basename(os.readlink(os.path.join(self.dev.syspath, rel)))
+            return os.path.basename(os.readlink(os.path.join(self.syspath, rel)))
         except FileNotFoundError:
             if self.gone():
                 raise Vanished from None
@@ -170,34 +157,42 @@ class _Reader:
     def lower(self) -> tuple[str, ...]:
         """Names of the ``lower_<name>`` links, sorted."""
         try:
-            names = os.listdir(self.dev.syspath)
+            names = os.listdir(self.syspath)
         except FileNotFoundError:
             raise Vanished from None
         except OSError as exc:
-            self.errors.add(OSError(exc.errno, exc.strerror, self.dev.syspath))
+            self.errors.add(OSError(exc.errno, exc.strerror, self.syspath))
             return ()
         return tuple(sorted(n[len("lower_") :] for n in names if n.startswith("lower_")))
 
 
 def read_interface(
-    dev: NetDevice, rings: RingReader | None, errors: ReadErrors
+    syspath: str,
+    name: str,
+    rings: RingReader | None,
+    errors: ReadErrors,
+    *,
+    pci: str | None = None,
+    virtual: bool = False,
 ) -> Interface | None:
-    """Read one interface. ``rings`` None means a light read (MTU, operstate, master and,
-    of a virtual interface, its lower devices: what the checks need of a bond or VLAN);
-    with a reader, also speed, NUMA node, driver and ring sizes. None when the interface
-    vanished during the read."""
-    r = _Reader(dev, errors)
-    base = dev.syspath
+    """Read interface ``name`` from its resolved sysfs directory ``syspath``; ``pci`` is
+    its nearest PCI function, ``virtual`` whether it has no device (both from discovery).
+    ``rings`` None means a light read (MTU, operstate, master and, of a virtual
+    interface, its lower devices: what the checks need of a bond or VLAN); with a reader,
+    also speed, NUMA node, driver and ring sizes. None when the interface vanished
+    during the read."""
+    r = _Reader(syspath, name, errors)
+    base = syspath
     try:
         mtu = r.attr(os.path.join(base, "mtu"), parse_mtu)
         operstate = r.attr(os.path.join(base, "operstate"), parse_operstate)
         master = r.link_name("master")
         if rings is None:
-            lower = r.lower() if dev.virtual else ()
+            lower = r.lower() if virtual else ()
             return Interface(
-                dev.name,
-                dev.virtual,
-                dev.pci,
+                name,
+                virtual,
+                pci,
                 mtu,
                 operstate,
                 None,
@@ -208,7 +203,7 @@ def read_interface(
             )
         speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
         numa: int | None = None
-        pci_dir = None if dev.pci is None else pci_function_dir(dev.syspath, dev.pci)
+        pci_dir = None if pci is None else pci_function_dir(syspath, pci)
         if pci_dir is not None:
             # Absent without CONFIG_NUMA: not an error.
             numa = r.attr(os.path.join(pci_dir, "numa_node"), parse_numa_node, optional=True)
@@ -217,9 +212,9 @@ def read_interface(
     except Vanished:
         return None
     return Interface(
-        dev.name,
-        dev.virtual,
-        dev.pci,
+        name,
+        virtual,
+        pci,
         mtu,
         operstate,
         speed,
@@ -233,7 +228,7 @@ def read_interface(
 
 
 def _read_rings(r: _Reader, rings: RingReader) -> tuple[RingParam | None, str, str | None]:
-    name = r.dev.name
+    name = r.name
     try:
         param = rings.read(name)
     except OSError as exc:

@@ -15,7 +15,7 @@ Files (Documentation/filesystems/proc.rst, fs/proc/array.c, fs/proc/task_mmu.c):
 - ``/proc/<pid>/maps``: one mapping per line, the path last; the shared objects a process
   linked are the paths ending in ``.so`` or ``.so.N``.
 
-Why not psutil, which the issue names: ``psutil.Process.num_ctx_switches()`` reads
+Why not psutil: ``psutil.Process.num_ctx_switches()`` reads
 ``/proc/<pid>/status`` of the main thread only, and an OSD's main thread only waits: on
 the test cluster it showed 209 voluntary switches where the sum over the OSD's 59 threads
 was 2,123. ``cpu_affinity()`` calls ``sched_getaffinity(2)``, which no procfs root can

@@ -1,0 +1,175 @@
+"""The ``osd`` collector's admin-socket round: what one OSD is asked each scrape.
+
+Part of the ``osd`` collector (collectors/osd.py), which runs :func:`query_task` for
+every OSD in parallel on its query pool and then calls :func:`parse_replies` in its own
+thread. A round sends ``perf histogram dump``, ``perf dump`` and ``dump_ops_in_flight``
+every scrape; ``config show`` and ``version`` only when the OSD's :class:`ConfigCache`
+is stale or its pid changed (a restart); ``dump_objectstore_kv_stats`` only when config
+show says the OSD keeps RocksDB statistics. The OSD's process is read in the same task
+(procfs per pid, so the OSDs' kernel time overlaps). Replies are parsed by ceph/perf.py
+and ceph/kvstats.py; this module only decides what to ask and where the answers go.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cephnode_exporter.ceph import kvstats, perf
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError
+from cephnode_exporter.facts.osd import OSDFacts
+from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
+from cephnode_exporter.hostfs.process import (
+    ProcessGone,
+    ProcessSample,
+    ProcessState,
+    read_process,
+)
+
+
+@dataclass
+class ConfigCache:
+    """One OSD's last ``config show`` and ``version``, reused for ``interval`` seconds.
+
+    The task thread decides and fetches; the collector thread parses a fresh reply and
+    stores the result (or clears the cache when it does not parse, so the next scrape
+    asks again). A pid of None (not visible) relies on the interval alone.
+    """
+
+    pid: int | None = None
+    fetched: float = float("-inf")
+    config: perf.OSDConfig | None = None
+    version: str | None = None
+    kv_wanted: bool = False
+    # The cluster fsid config show reported: tells a second socket of the same daemon
+    # from another cluster's OSD with the same id (discovery.choose_sockets).
+    fsid: str | None = None
+
+    def fresh(self, pid: int | None, now: float, interval: float) -> bool:
+        return (
+            self.config is not None
+            and self.version is not None
+            and pid == self.pid
+            and now - self.fetched < interval
+        )
+
+
+@dataclass
+class _Replies:
+    """The raw JSON replies of one OSD, gathered within the deadline."""
+
+    histograms: Any = None
+    perf: Any = None
+    ops: Any = None
+    config: Any = None
+    version: Any = None
+    kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
+    cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
+    fetched: bool = True  # config and version are in this reply (then parsed into cache)
+    pid: int | None = None
+    process: ProcessSample | None = None
+    process_note: str | None = None
+    process_error: str | None = None
+
+
+def _query(
+    sock: AdminSocket,
+    deadline: float,
+    fs: HostFS,
+    state: ProcessState,
+    cache: ConfigCache,
+    interval: float,
+    files: AttrFiles | None = None,
+) -> _Replies:
+    # perf histogram dump just before perf dump: the histogram's _count and perf
+    # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
+    r = _Replies()
+    r.histograms = sock.command("perf histogram dump", logger="osd", deadline=deadline)
+    # The pid of that connection's peer tells a restarted OSD from the cached one.
+    seen = sock.last_peer
+    r.perf = sock.command("perf dump", deadline=deadline)
+    r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
+    now = time.monotonic()
+    r.cache = cache
+    if seen is not None and cache.fresh(seen[0], now, interval):
+        r.fetched = False
+    else:
+        r.config = sock.command("config show", deadline=deadline)
+        r.version = sock.command("version", deadline=deadline)
+        cache.config, cache.version = None, None  # until the collector parsed them
+        cache.pid = seen[0] if seen is not None else None
+        cache.fetched = now
+        cache.kv_wanted = kvstats.wanted(r.config)
+        fsid = r.config.get("fsid") if isinstance(r.config, dict) else None
+        cache.fsid = fsid if isinstance(fsid, str) else None
+    if cache.kv_wanted:
+        r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
+    # The process after the commands: a failure here must not fail the OSD.
+    try:
+        r.pid = sock.seen_peer_pid(deadline=deadline)
+    except AsokError as exc:
+        r.process_error = f"peer pid: {exc}"
+        return r
+    if r.pid is None:
+        r.process_note = (
+            "the socket's peer pid is 0: the OSD runs in a pid namespace the exporter cannot see"
+        )
+        return r
+    try:
+        r.process = read_process(fs, r.pid, state, files=files)
+    except ProcessGone as exc:
+        r.process_note = str(exc)
+    except (OSError, ParseError) as exc:
+        r.process_error = str(exc)
+    return r
+
+
+def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
+    """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`."""
+    cache = replies.cache
+    if not replies.fetched and cache is not None:
+        facts.config, facts.version = cache.config, cache.version
+    else:
+        facts.config = perf.parse_config(replies.config)
+        facts.version = perf.parse_version(replies.version)
+    assert facts.config is not None
+    facts.histograms = perf.parse_op_histograms(replies.histograms)
+    # Counter names by the OSD's release, and what its release and object store should
+    # have, from the table in ceph/counters.py.
+    release = perf.version_tuple(facts.version) if facts.version else None
+    facts.counters = perf.parse_perf_dump(
+        replies.perf,
+        release[0] if release is not None else None,
+        facts.config.objectstore,
+        facts.config.op_queue,
+    )
+    facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
+    if replies.fetched and cache is not None:
+        # Kept only once everything parsed: a bad reply is asked for again next scrape.
+        cache.config, cache.version = facts.config, facts.version
+    try:
+        facts.kv = kvstats.parse_kv_stats(replies.kv_stats)
+    except kvstats.KVStatsDeclined as exc:
+        # The cached config show said the statistics were on, the OSD says they are off:
+        # no series (as Pacific's and Reef's empty reply), and the command is not sent
+        # again until config show is read anew and says they are on.
+        facts.kv, facts.kv_note = None, str(exc)
+        if cache is not None:
+            cache.kv_wanted = False
+    facts.pid = replies.pid
+    facts.process = replies.process
+    facts.process_note = replies.process_note
+    facts.process_error = replies.process_error
+
+
+def query_task(
+    sock: AdminSocket,
+    fs: HostFS,
+    state: ProcessState,
+    cache: ConfigCache,
+    interval: float,
+    files: AttrFiles,
+) -> Any:
+    """One OSD's round as a query pool task, which the pool calls with its deadline."""
+    return lambda deadline: _query(sock, deadline, fs, state, cache, interval, files)
