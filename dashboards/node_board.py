@@ -10,6 +10,7 @@ from board import CLUSTER_VAR, OP_VAR, dashboard, link_to, query_variable
 from grafana import FLEET_UID, NODE_UID
 from node_host import cpu_row, iommu_row, net_row, nvme_row, report_row
 from node_osd import osd_latency_row, osd_quantiles_row, osd_state_row
+from node_signals import signals_row
 
 
 def node() -> dict[str, Any]:
@@ -18,6 +19,7 @@ def node() -> dict[str, Any]:
     iommu = iommu_row()
     nvme = nvme_row()
     net = net_row()
+    signals = signals_row()
     osd_latency = osd_latency_row()
     osd_quantiles = osd_quantiles_row()
     osd_state = osd_state_row()
@@ -54,8 +56,9 @@ def node() -> dict[str, Any]:
         "Ceph nodes: node",
         "One Ceph storage node: its tuning report, and the host and OSD facts behind it "
         "(C-states, governors, IOMMU and kernel spin locks, NVMe queues and PCIe links, "
-        "NICs, OSD latency and its stages, ops in flight, debug levels).",
-        [report, cpu, iommu, nvme, net, osd_latency, osd_quantiles, osd_state],
+        "NICs, firmware and interrupts, OSD latency and its stages, ops in flight, debug "
+        "levels).",
+        [report, cpu, iommu, nvme, net, signals, osd_latency, osd_quantiles, osd_state],
         variables,
         [link_to("Fleet", FLEET_UID, "All nodes of the cluster against the fleet")],
     )
