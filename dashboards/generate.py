@@ -19,8 +19,8 @@ committed; ``tests/test_dashboards.py`` fails when they differ from what this sc
 and runs every query against a real Prometheus. Standard library only.
 
 The rooms: grafana.py (the JSON model: queries, panels, rows, layout), board.py
-(variables, links, the dashboard), fleet_board.py, node_host.py, node_signals.py and node_osd.py (the
-node dashboard's rows) and node_board.py.
+(variables, links, the dashboard), fleet_board.py, node_host.py, node_signals.py and
+node_osd.py (the node dashboard's rows) and node_board.py.
 """
 
 from __future__ import annotations
