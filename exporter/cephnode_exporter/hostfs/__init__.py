@@ -232,6 +232,13 @@ class AttrFiles:
         except ValueError:
             raise ParseError(path, f"not an integer: {data[:40]!r}") from None
 
+    def descriptor(self, path: str) -> int | None:
+        """The descriptor kept open for ``path``, if any: for a caller's own loop of
+        ``pread`` over files it has read through this table before. It stays valid until
+        this table closes the path (a failed read, :meth:`close_under`, :meth:`close_all`),
+        which the caller must track."""
+        return self._fds.get(path)
+
     def close(self, path: str) -> None:
         with self._lock:
             fd = self._fds.pop(path, None)
