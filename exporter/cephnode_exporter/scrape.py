@@ -18,6 +18,7 @@ Three rules shape this module:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -338,6 +339,9 @@ class Scraper:
         self._profile = profile
         self._specs = specs
         self._collector_timeout = collector_timeout
+        # The collectors' shared reads (HostFS.shared), one scope per collection.
+        shared = [c.ctx.fs.shared for c in collectors]
+        self._shared = list({id(s): s for s in shared}.values())
         self._worker = _Worker()
         self._stuck: dict[str, _Call] = {}
         self._last_error: dict[str, str | None] = {}
@@ -424,7 +428,10 @@ class Scraper:
 
     def _run(self, deadline: float, only: frozenset[str] | None = None) -> Collection:
         collectors = self._selected(only)
-        outcomes = [self._run_one(c, deadline) for c in collectors]
+        with contextlib.ExitStack() as scopes:
+            for shared in self._shared:
+                scopes.enter_context(shared.scope())
+            outcomes = [self._run_one(c, deadline) for c in collectors]
         # Collectors left out of a filtered scrape count as disabled for the checks.
         left_out = {c.name for c in self._collectors} - {c.name for c in collectors}
         states = {name: CollectorFacts(enabled=False) for name in self._disabled | left_out}

@@ -13,6 +13,7 @@ import os
 import resource
 import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,13 +100,61 @@ class ReadErrors:
         return len(self.items)
 
 
+class SharedReads:
+    """Small files that several collectors read in the same scrape, read once for all.
+
+    ``/proc/cmdline`` (cpuidle, kernel, iommu) and the CPU ``online`` and ``possible``
+    lists (cpuidle, cpufreq, cpuhw, firmware) were opened three and four times a scrape.
+    Within a :meth:`scope` (the scraper opens one around each collection) the first read
+    of a path is kept, its text or its error, and every later one gets the same; outside
+    a scope every read goes to the file, so a collector used on its own (tests, one-shot
+    commands) always sees the file as it is now.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scopes = 0
+        self._texts: dict[str, str | OSError | ParseError] = {}
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with self._lock:
+            self._scopes += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._scopes -= 1
+                if not self._scopes:
+                    self._texts = {}
+
+    def text(self, path: str) -> str:
+        """:func:`read_text` of ``path``, once per scope."""
+        if not self._scopes:
+            return read_text(path)
+        hit = self._texts.get(path)
+        if hit is None:
+            try:
+                hit = read_text(path)
+            except (OSError, ParseError) as exc:
+                hit = exc
+            self._texts[path] = hit
+        if isinstance(hit, str):
+            return hit
+        raise hit.with_traceback(None)
+
+
 @dataclass(frozen=True)
 class HostFS:
-    """The host's procfs, sysfs and root filesystem mount points."""
+    """The host's procfs, sysfs and root filesystem mount points, and the reads that
+    the collectors of one scrape share."""
 
     procfs: str = "/proc"
     sysfs: str = "/sys"
     rootfs: str = "/"
+    shared: SharedReads = field(
+        default_factory=SharedReads, compare=False, hash=False, repr=False
+    )
 
     def sys(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)
