@@ -152,9 +152,7 @@ class HostFS:
     procfs: str = "/proc"
     sysfs: str = "/sys"
     rootfs: str = "/"
-    shared: SharedReads = field(
-        default_factory=SharedReads, compare=False, hash=False, repr=False
-    )
+    shared: SharedReads = field(default_factory=SharedReads, compare=False, hash=False, repr=False)
 
     def sys(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)

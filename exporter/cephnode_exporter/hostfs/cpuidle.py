@@ -159,11 +159,11 @@ class CPUIdleReader:
                     continue
             samples = []
             for i, info in enumerate(states):
-                key = (cpu, info.index)
-                entry = fast.get(key)
+                state_key = (cpu, info.index)
+                entry = fast.get(state_key)
                 sample = None if entry is None else _read_fast(entry, info)
                 if sample is None:
-                    sample = self._read_slow(key, states, i, entry, result.errors)
+                    sample = self._read_slow(state_key, states, i, entry, result.errors)
                 samples.append(sample)
             # A CPU that went offline between reading "online" and its files is dropped
             # whole rather than exported half-read.
@@ -192,7 +192,7 @@ class CPUIdleReader:
             # The fast path kept the previous values in its entry: hand them back.
             del self._fast[key]
             if entry.previous is not None:
-                last.update(zip(entry.attrs, entry.previous))
+                last.update(zip(entry.attrs, entry.previous, strict=False))  # no disable
         before = len(errors)
         sample = _read_sample(self._files, states, i, last, errors)
         if len(errors) == before:
@@ -256,7 +256,7 @@ class _FastState:
     descriptors in file order, the attribute each holds, how many of them are counters
     (all but a trailing ``disabled``), and the counters' values at the previous scrape."""
 
-    __slots__ = ("fds", "attrs", "counters", "previous")
+    __slots__ = ("attrs", "counters", "fds", "previous")
 
     def __init__(
         self,
@@ -298,9 +298,10 @@ def _read_fast(entry: _FastState, info: IdleStateInfo) -> IdleStateSample | None
         disabled = flag == 1
     entry.previous = tuple(counters)
     if entry.attrs == _ALL_ATTRS:
-        return IdleStateSample(info, *counters, disabled)  # type: ignore[arg-type]
-    kwargs = dict(zip(entry.attrs, counters))
-    return IdleStateSample(info=info, disabled=disabled, **kwargs)  # type: ignore[arg-type]
+        time_us, usage, above, below, rejected = counters
+        return IdleStateSample(info, time_us, usage, above, below, rejected, disabled)
+    kwargs = dict(zip(entry.attrs, counters, strict=False))  # disable apart
+    return IdleStateSample(info=info, disabled=disabled, **kwargs)
 
 
 def _read_sample(
