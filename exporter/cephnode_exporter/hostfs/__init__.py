@@ -272,6 +272,17 @@ class AttrFiles:
             code = errno.ENOENT if gone else exc.errno
             raise OSError(code, os.strerror(errno.ENOENT) if gone else exc.strerror, path) from None
 
+    def read_text(self, path: str) -> str:
+        """:func:`read_text` through the kept file: the same bound, decoding and errors."""
+        try:
+            data = self.read_bytes(path, MAX_READ_BYTES)
+        except OSError as exc:
+            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "error")
+            raise OSError(exc.errno, reason, path) from None
+        if len(data) == MAX_READ_BYTES:
+            raise ParseError(path, f"larger than {MAX_READ_BYTES} bytes")
+        return data.decode("utf-8", "replace").strip()
+
     def read_int(self, path: str) -> int:
         data = self.read_bytes(path, 64)
         try:
