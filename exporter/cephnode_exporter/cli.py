@@ -27,9 +27,10 @@ from cephnode_exporter.collectors import REGISTRY, CollectorContext
 from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, bounded
 from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
+from cephnode_exporter.process_metrics import ProcessMetrics
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
-from cephnode_exporter.scrape import Collection, ProcessMetrics, Scraper
+from cephnode_exporter.scrape import Collection, Scraper
 
 log = logging.getLogger("cephnode_exporter")
 

@@ -18,9 +18,9 @@ Three rules shape this module:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-import os
 import platform
 import queue
 import re
@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cephnode_exporter import __version__
@@ -232,39 +231,6 @@ class Collection:
         yield from (failed, warning, hashes)
 
 
-class ProcessMetrics:
-    """The exporter's own ``process_*`` metrics: RSS, CPU, open and maximum fds, start time.
-
-    node_exporter registers client_golang's process collector beside its own
-    (node_exporter.go, turned off by ``--web.disable-exporter-metrics``); this is
-    prometheus_client's equivalent, ProcessCollector, plus ``process_threads``, which
-    client_python does not export (Go exporters export it as ``go_threads``), because the
-    exporter's threads are what ``--web.max-connections`` and the unit's TasksMax bound.
-    Always the exporter's own /proc/self, never ``--path.procfs``: in a container that
-    option names the host's procfs, where "self" is not this process.
-    """
-
-    def __init__(self, proc: str = "/proc") -> None:
-        self._proc = proc
-        self._collector = ProcessCollector(registry=None, proc=proc)
-
-    def families(self) -> list[Metric]:
-        """Fresh values; an unreadable /proc gives fewer families, never an error."""
-        out = list(self._collector.collect())
-        try:
-            threads = len(os.listdir(os.path.join(self._proc, "self", "task")))
-        except OSError:
-            return out
-        out.append(
-            GaugeMetricFamily(
-                "process_threads",
-                "Number of OS threads in the process.",
-                value=float(threads),
-            )
-        )
-        return out
-
-
 class _Call:
     """One function call handed to a worker, with its outcome."""
 
@@ -274,6 +240,7 @@ class _Call:
         self.value: Any = None
         self.exc: BaseException | None = None
         self.started = time.monotonic()
+        self.finished: float | None = None
 
 
 class _Worker:
@@ -310,6 +277,50 @@ def _done() -> None:
     return None
 
 
+class _Batch:
+    """The collectors of one collection, run one after another by one worker call.
+
+    Handing each collector to the worker on its own cost two thread switches per
+    collector (the scrape waking the worker, the worker waking the scrape): about 20 us
+    of CPU and, on a busy node, 80 us of waiting each. Here the worker runs them in a
+    row and wakes the scrape once; the scrape sleeps until the batch is done or the
+    running collector's time is up. Under ``lock``, the worker starts a collector only
+    while the scrape has not given up on the batch (``stop``), so that once it has, the
+    collector found running is the only one left on the old worker and the rest can go
+    to a fresh one without two collectors ever reading at once.
+    """
+
+    def __init__(self, work: list[Callable[[], Any]], deadline: float) -> None:
+        self.calls = [_Call(fn) for fn in work]
+        self.deadline = deadline
+        self.lock = threading.Lock()
+        self.stop = False
+        # Index of the call started last (-1: none yet), set under lock.
+        self.running = -1
+        self.done = threading.Event()
+        self.submitted = time.monotonic()
+
+    def __call__(self) -> None:
+        try:
+            for i, call in enumerate(self.calls):
+                with self.lock:
+                    now = time.monotonic()
+                    if self.stop or now >= self.deadline:
+                        self.stop = True
+                        return
+                    call.started = now
+                    self.running = i
+                try:
+                    call.value = call.fn()
+                except BaseException as exc:  # handed to the scrape, which logs it
+                    call.exc = exc
+                call.fn = _done
+                call.finished = time.monotonic()
+                call.done.set()
+        finally:
+            self.done.set()
+
+
 class _Round:
     """A collection that scrapes can wait on and share.
 
@@ -338,6 +349,9 @@ class Scraper:
         self._profile = profile
         self._specs = specs
         self._collector_timeout = collector_timeout
+        # The collectors' shared reads (HostFS.shared), one scope per collection.
+        shared = [c.ctx.fs.shared for c in collectors]
+        self._shared = list({id(s): s for s in shared}.values())
         self._worker = _Worker()
         self._stuck: dict[str, _Call] = {}
         self._last_error: dict[str, str | None] = {}
@@ -424,7 +438,10 @@ class Scraper:
 
     def _run(self, deadline: float, only: frozenset[str] | None = None) -> Collection:
         collectors = self._selected(only)
-        outcomes = [self._run_one(c, deadline) for c in collectors]
+        with contextlib.ExitStack() as scopes:
+            for shared in self._shared:
+                scopes.enter_context(shared.scope())
+            outcomes = self._run_all(collectors, deadline)
         # Collectors left out of a filtered scrape count as disabled for the checks.
         left_out = {c.name for c in self._collectors} - {c.name for c in collectors}
         states = {name: CollectorFacts(enabled=False) for name in self._disabled | left_out}
@@ -433,32 +450,80 @@ class Scraper:
         results = evaluate(self._profile, self._specs, states)
         return Collection(outcomes, results, self._profile.name)
 
-    def _run_one(self, collector: Collector, deadline: float) -> Outcome:
-        name = collector.name
-        start = time.monotonic()
-        stuck = self._stuck.get(name)
-        if stuck is not None:
-            if not stuck.done.is_set():
-                age = start - stuck.started
-                return self._fail(name, 0.0, f"still blocked in a call started {age:.1f}s ago")
-            del self._stuck[name]
-        timeout = min(self._collector_timeout, deadline - start)
-        if timeout <= 0:
-            return self._fail(name, 0.0, "scrape budget exhausted before the collector ran")
+    def _run_all(self, collectors: list[Collector], deadline: float) -> list[Outcome]:
+        """Each collector's outcome, in order: the runnable ones in one worker batch."""
+        outcomes: dict[str, Outcome] = {}
+        runnable: list[Collector] = []
+        for collector in collectors:
+            name = collector.name
+            stuck = self._stuck.get(name)
+            if stuck is not None:
+                if not stuck.done.is_set():
+                    age = time.monotonic() - stuck.started
+                    outcomes[name] = self._fail(
+                        name, 0.0, f"still blocked in a call started {age:.1f}s ago"
+                    )
+                    continue
+                del self._stuck[name]
+            runnable.append(collector)
+        while runnable:
+            if deadline - time.monotonic() <= 0:
+                for collector in runnable:
+                    outcomes[collector.name] = self._fail(
+                        collector.name, 0.0, "scrape budget exhausted before the collector ran"
+                    )
+                break
+            runnable = self._run_batch(runnable, deadline, outcomes)
+        return [outcomes[c.name] for c in collectors]
 
-        def work() -> tuple[Any, list[Metric]]:
-            facts = collector.read()
-            return facts, list(collector.metrics(facts))
-
-        call = self._worker.submit(work)
-        finished = call.done.wait(timeout)
-        duration = time.monotonic() - start
-        if not finished:
-            # Abandon the worker; the stuck call keeps its thread until it returns.
-            self._stuck[name] = call
+    def _run_batch(
+        self, collectors: list[Collector], deadline: float, outcomes: dict[str, Outcome]
+    ) -> list[Collector]:
+        """Run ``collectors`` in one batch; fills ``outcomes`` and returns the collectors
+        not started because one overran its time (to run on a fresh worker)."""
+        batch = _Batch([_work(c) for c in collectors], deadline)
+        self._worker.submit(batch)
+        limit = self._collector_timeout
+        while True:
+            with batch.lock:
+                i = batch.running
+                started = batch.submitted if i < 0 else batch.calls[i].started
+            # The running collector's time: --collector.timeout from its start, within
+            # the scrape's budget (before it starts, counted from the hand-off).
+            until = min(started + limit, deadline)
+            if batch.done.wait(max(0.0, until - time.monotonic())):
+                break
+            with batch.lock:
+                if batch.running != i or (i >= 0 and batch.calls[i].done.is_set()):
+                    continue  # it moved on meanwhile: time the next one
+                batch.stop = True
+            break
+        stuck = batch.calls[batch.running] if batch.running >= 0 else None
+        if batch.running < 0 and not batch.done.is_set():
+            # The worker has not started the batch (still busy): leave it to itself.
             self._worker.retire()
             self._worker = _Worker()
-            return self._fail(name, duration, f"timed out after {timeout:.2f}s")
+        rest: list[Collector] = []
+        for collector, call in zip(collectors, batch.calls, strict=True):
+            name = collector.name
+            if call.finished is not None:
+                outcomes[name] = self._outcome(collector, call)
+            elif call is stuck:
+                # Abandon the worker; the stuck call keeps its thread until it returns.
+                timeout = min(limit, deadline - call.started)
+                self._stuck[name] = call
+                self._worker.retire()
+                self._worker = _Worker()
+                outcomes[name] = self._fail(
+                    name, time.monotonic() - call.started, f"timed out after {timeout:.2f}s"
+                )
+            else:
+                rest.append(collector)
+        return rest
+
+    def _outcome(self, collector: Collector, call: _Call) -> Outcome:
+        name = collector.name
+        duration = (call.finished or call.started) - call.started
         if call.exc is not None:
             return self._fail(name, duration, f"{type(call.exc).__name__}: {call.exc}")
         facts, families = call.value
@@ -501,6 +566,14 @@ class Scraper:
             log.error("collector failed", extra=kv(collector=name, err=error))
         elif error is None and previous is not None:
             log.info("collector recovered", extra=kv(collector=name))
+
+
+def _work(collector: Collector) -> Callable[[], tuple[Any, list[Metric]]]:
+    def work() -> tuple[Any, list[Metric]]:
+        facts = collector.read()
+        return facts, list(collector.metrics(facts))
+
+    return work
 
 
 def _shape(error: str | None) -> str | None:

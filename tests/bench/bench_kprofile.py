@@ -6,13 +6,13 @@ perf script per window; kprofile/recorder.py):
 
 1. **Per window**, windows back to back: CPU of perf record (from /proc/<pid>/stat: it
    keeps running), of perf script (getrusage of the reaped child) and of our side (the
-   thread's CPU time: pumping the pipes, parsing, classifying). Scenarios: the default
-   49 Hz x 5 s on an idle machine and with a system-call loop on every CPU (deeper kernel
-   stacks, more text); a 0.1 s window for the fixed cost per window; 997 Hz with the loop
-   for the cost per sample, which extrapolates to the 96-thread reference node; the
-   one-shot mode (perf started for each window, the fallback) for comparison.
+   thread's CPU time: pumping the pipes, parsing, classifying). Scenarios: the defaults
+   (49 Hz x 2 s) on an idle machine and with a system-call loop on every CPU (deeper
+   kernel stacks, more text); a 0.1 s window for the fixed cost per window; 997 Hz with
+   the loop for the cost per sample, which extrapolates to the 96-thread reference node;
+   the one-shot mode (perf started for each window, the fallback) for comparison.
 2. **One full duty cycle, unshortened**: the sampler thread as the exporter runs it, over
-   exactly one interval (60 s: a 5 s window, then 55 s asleep) after a first window has
+   exactly one interval (60 s: a 2 s window, then 58 s asleep) after a first window has
    started perf record, as the CPU time of this whole process, its reaped children and
    perf record. perf record's start-up, paid once per exporter start, is reported apart.
    Skipped with ``--quick``.
@@ -171,8 +171,9 @@ def row(name: str, costs: list[WindowCost]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--windows", type=int, default=3, help="windows per scenario")
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--frequency", type=int, default=49)
+    # The exporter's defaults (--collector.kprofile.frequency and .duration).
+    parser.add_argument("--duration", type=float, default=PerfConfig().duration)
+    parser.add_argument("--frequency", type=int, default=PerfConfig().frequency)
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true", help="skip the full duty cycle")
     args = parser.parse_args()

@@ -72,7 +72,7 @@ class IRQCollector(Collector):
     def read(self) -> IRQFacts:
         fs = self.ctx.fs
         facts = IRQFacts()
-        found = pci_devices(fs)
+        found = pci_devices(fs, self._reader.links)
         kept, facts.items_dropped = self._limit.keep(
             found, key=lambda d: (d[1] != "nvme", natural_key(d[0]))
         )

@@ -3,7 +3,7 @@
 The reference cluster lost most of its CPU time to one spin lock in the IOMMU's IOVA
 allocator (77 % of samples spinning, 61 % under ``alloc_iova``, drivers/iommu/iova.c),
 and no counter showed it. This collector samples every CPU's kernel stack with ``perf``
-for a few seconds a minute (49 Hz for 5 s every 60 s by default) in a background thread,
+for a few seconds a minute (49 Hz for 2 s every 60 s by default) in a background thread,
 classifies every sample (idle, user, kernel, spinlock, spinlock_iommu, iommu; see
 kprofile/classify.py) and exports the counts, the latest window's spinlock_iommu share
 and its top spin-lock callers. A scrape only copies the latest results; it never waits
@@ -91,7 +91,9 @@ class KprofileCollector(Collector):
             "--collector.kprofile.duration",
             dest="collector_kprofile_duration",
             type=bounded(float, 0.01, 600),
-            default=5.0,
+            # 2 s: 96 CPUs x 49 Hz x 2 s fit the 0.5 %-of-a-core budget at the cost per
+            # sample measured (docs/performance.md, "kprofile sampling overhead").
+            default=2.0,
             metavar="SECONDS",
             help="length of a sampling window (default: %(default)s)",
         )

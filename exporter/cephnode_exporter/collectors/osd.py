@@ -371,6 +371,16 @@ class OSDCollector(Collector):
         facts.media = self._media(facts, errors)
 
     def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
+        # Read once per OSD process, as _media: kept in its ProcessState unless it failed.
+        state = self._proc_states.get(facts.socket.path) if facts.process is not None else None
+        if state is not None and state.block is not None and state.block[0] == tuple(data_dirs):
+            _, facts.block, facts.block_note = state.block
+            return
+        self._find_block_now(facts, data_dirs, errors)
+        if state is not None and facts.block_error is None:
+            state.block = (tuple(data_dirs), facts.block, facts.block_note)
+
+    def _find_block_now(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         for data_dir in data_dirs:
             try:
                 facts.block = find_osd_block(self.ctx.fs, data_dir)

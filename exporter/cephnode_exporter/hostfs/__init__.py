@@ -13,6 +13,7 @@ import os
 import resource
 import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,13 +100,59 @@ class ReadErrors:
         return len(self.items)
 
 
+class SharedReads:
+    """Small files that several collectors read in the same scrape, read once for all.
+
+    ``/proc/cmdline`` (cpuidle, kernel, iommu) and the CPU ``online`` and ``possible``
+    lists (cpuidle, cpufreq, cpuhw, firmware) were opened three and four times a scrape.
+    Within a :meth:`scope` (the scraper opens one around each collection) the first read
+    of a path is kept, its text or its error, and every later one gets the same; outside
+    a scope every read goes to the file, so a collector used on its own (tests, one-shot
+    commands) always sees the file as it is now.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scopes = 0
+        self._texts: dict[str, str | OSError | ParseError] = {}
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with self._lock:
+            self._scopes += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._scopes -= 1
+                if not self._scopes:
+                    self._texts = {}
+
+    def text(self, path: str) -> str:
+        """:func:`read_text` of ``path``, once per scope."""
+        if not self._scopes:
+            return read_text(path)
+        hit = self._texts.get(path)
+        if hit is None:
+            try:
+                hit = read_text(path)
+            except (OSError, ParseError) as exc:
+                hit = exc
+            self._texts[path] = hit
+        if isinstance(hit, str):
+            return hit
+        raise hit.with_traceback(None)
+
+
 @dataclass(frozen=True)
 class HostFS:
-    """The host's procfs, sysfs and root filesystem mount points."""
+    """The host's procfs, sysfs and root filesystem mount points, and the reads that
+    the collectors of one scrape share."""
 
     procfs: str = "/proc"
     sysfs: str = "/sys"
     rootfs: str = "/"
+    shared: SharedReads = field(default_factory=SharedReads, compare=False, hash=False, repr=False)
 
     def sys(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)
@@ -225,12 +272,30 @@ class AttrFiles:
             code = errno.ENOENT if gone else exc.errno
             raise OSError(code, os.strerror(errno.ENOENT) if gone else exc.strerror, path) from None
 
+    def read_text(self, path: str) -> str:
+        """:func:`read_text` through the kept file: the same bound, decoding and errors."""
+        try:
+            data = self.read_bytes(path, MAX_READ_BYTES)
+        except OSError as exc:
+            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "error")
+            raise OSError(exc.errno, reason, path) from None
+        if len(data) == MAX_READ_BYTES:
+            raise ParseError(path, f"larger than {MAX_READ_BYTES} bytes")
+        return data.decode("utf-8", "replace").strip()
+
     def read_int(self, path: str) -> int:
         data = self.read_bytes(path, 64)
         try:
             return int(data)
         except ValueError:
             raise ParseError(path, f"not an integer: {data[:40]!r}") from None
+
+    def descriptor(self, path: str) -> int | None:
+        """The descriptor kept open for ``path``, if any: for a caller's own loop of
+        ``pread`` over files it has read through this table before. It stays valid until
+        this table closes the path (a failed read, :meth:`close_under`, :meth:`close_all`),
+        which the caller must track."""
+        return self._fds.get(path)
 
     def close(self, path: str) -> None:
         with self._lock:

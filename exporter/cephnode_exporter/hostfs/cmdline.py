@@ -8,7 +8,7 @@ for the ``__setup``/``module_param`` parameters that matter here.
 
 from __future__ import annotations
 
-from cephnode_exporter.hostfs import HostFS, read_text
+from cephnode_exporter.hostfs import HostFS
 
 
 def parse_cmdline(text: str) -> dict[str, str]:
@@ -35,4 +35,5 @@ def parse_cmdline(text: str) -> dict[str, str]:
 
 
 def read_cmdline(fs: HostFS) -> dict[str, str]:
-    return parse_cmdline(read_text(fs.proc("cmdline")))
+    # Read by three collectors: one read per scrape (HostFS.shared).
+    return parse_cmdline(fs.shared.text(fs.proc("cmdline")))

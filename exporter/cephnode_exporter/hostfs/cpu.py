@@ -11,7 +11,6 @@ from cephnode_exporter.hostfs import (
     ParseError,
     ReadErrors,
     parse_cpulist,
-    read_text,
 )
 
 CPU_DIR = ("devices", "system", "cpu")
@@ -23,7 +22,7 @@ def possible_cpus(fs: HostFS, errors: ReadErrors | None = None) -> frozenset[int
     ``errors`` unless absent); callers then bound CPU numbers by ``NR_CPUS_MAX``."""
     path = fs.sys(*CPU_DIR, "possible")
     try:
-        text = read_text(path)
+        text = fs.shared.text(path)  # one read per scrape for every collector
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -52,7 +51,7 @@ def online_cpus(fs: HostFS, errors: ReadErrors | None = None) -> list[int]:
     would cost memory without bound. A bad ``possible`` file is counted in ``errors``.
     """
     path = fs.sys(*CPU_DIR, "online")
-    text = read_text(path)
+    text = fs.shared.text(path)  # one read per scrape for every collector
     possible = possible_cpus(fs, errors)
     limit = max(possible) + 1 if possible else NR_CPUS_MAX
     try:

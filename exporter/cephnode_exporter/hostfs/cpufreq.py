@@ -11,9 +11,11 @@ drivers that have EPP (amd-pstate-epp, intel_pstate active). Boost is global:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    AttrFiles,
     HostFS,
     ParseError,
     ReadErrors,
@@ -48,12 +50,21 @@ class CPUFreq:
     errors: ReadErrors = field(default_factory=ReadErrors)
 
 
-def read_cpufreq(fs: HostFS) -> CPUFreq:
+def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
     """Read every online CPU's policy.
 
     The kernel registers one cpufreq driver for the whole system (cpufreq_register_driver
     refuses a second), so the driver and whether it has EPP are read once, not per CPU.
+    With ``files`` the per-CPU attributes are kept open and re-read with pread.
     """
+    text = read_text if files is None else files.read_text
+
+    def optional(path: str) -> str | None:
+        try:
+            return text(path)
+        except FileNotFoundError:
+            return None
+
     result = CPUFreq()
     cpus = online_cpus(fs, result.errors)
     result.online_cpus = len(cpus)
@@ -63,8 +74,8 @@ def read_cpufreq(fs: HostFS) -> CPUFreq:
         base = cpu_dir(fs, cpu, "cpufreq")
         try:
             if driver is None:
-                driver = _nonempty(f"{base}/scaling_driver")
-            governor = _nonempty(f"{base}/scaling_governor")
+                driver = _nonempty(f"{base}/scaling_driver", text)
+            governor = _nonempty(f"{base}/scaling_governor", text)
         except FileNotFoundError:
             continue  # no cpufreq for this CPU
         except (OSError, ParseError) as exc:
@@ -74,7 +85,7 @@ def read_cpufreq(fs: HostFS) -> CPUFreq:
         epp = None
         if has_epp:
             try:
-                epp = read_optional_text(f"{base}/energy_performance_preference")
+                epp = optional(f"{base}/energy_performance_preference")
                 has_epp = epp is not None  # absent: the driver has no EPP at all
             except (OSError, ParseError) as exc:
                 result.errors.add(exc)
@@ -87,9 +98,9 @@ def read_cpufreq(fs: HostFS) -> CPUFreq:
     return result
 
 
-def _nonempty(path: str) -> str:
+def _nonempty(path: str, read: Callable[[str], str] = read_text) -> str:
     """A name attribute; the kernel never prints an empty driver or governor name."""
-    text = read_text(path)
+    text = read(path)
     if not text:
         raise ParseError(path, "empty")
     return text

@@ -20,6 +20,8 @@ governor; ``cpuN/cpuidle/stateK/`` holds one state of one CPU:
 from __future__ import annotations
 
 import errno
+import operator
+import os
 from dataclasses import dataclass, field, replace
 
 from cephnode_exporter.hostfs import (
@@ -117,11 +119,14 @@ class CPUIdleReader:
         # (CPU, state index) -> counter -> the value read at the previous scrape.
         self._last: dict[tuple[int, int], dict[str, int]] = {}
         self._files = AttrFiles(fd_budget(self.FD_SHARE))
+        # (CPU, state index) -> the state's kept-open descriptors, for _read_fast.
+        self._fast: dict[tuple[int, int], _FastState] = {}
 
     def close(self) -> None:
         self._files.close_all()
         self._static = {}
         self._last = {}
+        self._fast = {}
         self._key = None
 
     def read(self) -> CPUIdle:
@@ -143,33 +148,66 @@ class CPUIdleReader:
             self._key = key
             self._static = {}
             self._last = {}
+            self._fast = {}
             self._files.close_all()
+        fast = self._fast
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
                 states = self._read_static(cpu, result)
                 if states is None:
                     continue
-            samples = [
-                _read_sample(
-                    self._files,
-                    states,
-                    i,
-                    self._last.setdefault((cpu, states[i].index), {}),
-                    result.errors,
-                )
-                for i in range(len(states))
-            ]
+            samples = []
+            for i, info in enumerate(states):
+                state_key = (cpu, info.index)
+                entry = fast.get(state_key)
+                sample = None if entry is None else _read_fast(entry, info)
+                if sample is None:
+                    sample = self._read_slow(state_key, states, i, entry, result.errors)
+                samples.append(sample)
             # A CPU that went offline between reading "online" and its files is dropped
             # whole rather than exported half-read.
             if all(s.disabled is None and s.time_us is None for s in samples):
                 self._static.pop(cpu, None)
                 for state in states:
                     self._last.pop((cpu, state.index), None)
+                    self._fast.pop((cpu, state.index), None)
                 self._files.close_under(cpu_dir(fs, cpu, ""))
                 continue
             result.cpus[cpu] = samples
         return result
+
+    def _read_slow(
+        self,
+        key: tuple[int, int],
+        states: list[IdleStateInfo],
+        i: int,
+        entry: _FastState | None,
+        errors: ReadErrors,
+    ) -> IdleStateSample:
+        """One state read file by file (the first read, or one the fast path refused),
+        with every error named; a state read whole and clean gets a fast entry."""
+        last = self._last.setdefault(key, {})
+        if entry is not None:
+            # The fast path kept the previous values in its entry: hand them back.
+            del self._fast[key]
+            if entry.previous is not None:
+                last.update(zip(entry.attrs, entry.previous, strict=False))  # no disable
+        before = len(errors)
+        sample = _read_sample(self._files, states, i, last, errors)
+        if len(errors) == before:
+            info = states[i]
+            fds = [self._files.descriptor(path) for _, path, _ in info.files]
+            if None not in fds:
+                attrs = tuple(attr for attr, _, _ in info.files)
+                counters = len(attrs) - 1 if attrs and attrs[-1] == "disabled" else len(attrs)
+                self._fast[key] = _FastState(
+                    tuple(fd for fd in fds if fd is not None),
+                    attrs,
+                    counters,
+                    tuple(last[a] for a in attrs[:counters]),
+                )
+        return sample
 
     def _read_static(self, cpu: int, result: CPUIdle) -> list[IdleStateInfo] | None:
         """The CPU's idle states; a state whose static files fail is left out, the CPU
@@ -206,6 +244,64 @@ class CPUIdleReader:
         if complete:
             self._static[cpu] = states
         return states
+
+
+# The sample attributes in IdleStateSample's field order, as _SAMPLE_FILES lists them:
+# a state with all of them is built with positional arguments.
+_ALL_ATTRS = tuple(attr for attr, _, _ in _SAMPLE_FILES)
+
+
+class _FastState:
+    """A state whose files are all kept open and read cleanly last time: its
+    descriptors in file order, the attribute each holds, how many of them are counters
+    (all but a trailing ``disabled``), and the counters' values at the previous scrape."""
+
+    __slots__ = ("attrs", "counters", "fds", "previous")
+
+    def __init__(
+        self,
+        fds: tuple[int, ...],
+        attrs: tuple[str, ...],
+        counters: int,
+        previous: tuple[int, ...] | None,
+    ) -> None:
+        self.fds = fds
+        self.attrs = attrs
+        self.counters = counters
+        self.previous = previous
+
+
+def _read_fast(entry: _FastState, info: IdleStateInfo) -> IdleStateSample | None:
+    """One state's counters in one pass of ``pread``: the collector's hot loop (1,728
+    reads on a 96-CPU node with three states), with no per-file Python beyond the read
+    and ``int()``. None when anything is not as the last clean read (a failed read, a
+    value that is no integer, out of range or lower than before, a ``disable`` that is
+    not 0 or 1): the caller then reads the state file by file, which names the error.
+    """
+    pread = os.pread
+    try:
+        values = [int(pread(fd, 64, 0)) for fd in entry.fds]
+    except (OSError, ValueError):
+        return None
+    n = entry.counters
+    counters = values[:n] if n < len(values) else values
+    if counters and (min(counters) < 0 or max(counters) > COUNTER_MAX):
+        return None
+    previous = entry.previous
+    if previous is not None and not all(map(operator.le, previous, counters)):
+        return None
+    disabled: bool | None = None
+    if n < len(values):
+        flag = values[n]
+        if flag != 0 and flag != 1:
+            return None
+        disabled = flag == 1
+    entry.previous = tuple(counters)
+    if entry.attrs == _ALL_ATTRS:
+        time_us, usage, above, below, rejected = counters
+        return IdleStateSample(info, time_us, usage, above, below, rejected, disabled)
+    kwargs = dict(zip(entry.attrs, counters, strict=False))  # disable apart
+    return IdleStateSample(info=info, disabled=disabled, **kwargs)
 
 
 def _read_sample(

@@ -163,6 +163,12 @@ class IRQReader:
         self._fixed: dict[int, IRQ] = {}
         self._seen: frozenset[int] = frozenset()
         self._root = fs.proc("irq")
+        # Per PCI directory: the msi_irqs listing of the last scrape and its vectors,
+        # so an unchanged listing is not sorted and matched again (1,100 names here).
+        self.vectors: dict[str, tuple[list[str], list[int]]] = {}
+        # Per class device link: the two symlinks behind it and the PCI function they
+        # led to (see pci_devices).
+        self.links: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] = {}
 
     def _paths(self, number: int) -> tuple[str, str]:
         base = f"{self._root}/{number}"
@@ -171,6 +177,7 @@ class IRQReader:
     def close(self) -> None:
         self._files.close_all()
         self._managed, self._allowed, self._fixed, self._seen = {}, {}, {}, frozenset()
+        self.vectors, self.links = {}, {}
 
     def _read(self, path: str) -> str:
         try:
@@ -228,6 +235,11 @@ class IRQReader:
                 self._fixed[number] = irq  # nothing of it can change: see above
         return irq
 
+    @property
+    def fixed(self) -> dict[int, IRQ]:
+        """The vectors whose every fact is known for good (read returns them as is)."""
+        return self._fixed
+
     def _forget(self, number: int) -> None:
         self._fixed.pop(number, None)
         self._managed.pop(number, None)
@@ -246,14 +258,24 @@ class IRQReader:
         self._files.close_under(self._root + os.sep, keep)
 
 
-def device_vectors(pci_dir: str) -> list[int]:
-    """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line."""
+def device_vectors(
+    pci_dir: str, cache: dict[str, tuple[list[str], list[int]]] | None = None
+) -> list[int]:
+    """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line.
+    With ``cache`` (IRQReader.vectors) a listing equal to the last one gives the same
+    vectors without sorting and matching its names again."""
     names = list_dir(os.path.join(pci_dir, "msi_irqs"))
     if len(names) > MAX_VECTORS:
         raise ParseError(pci_dir, f"{len(names)} MSI vectors, more than {MAX_VECTORS}")
-    vectors = sorted(int(n) for n in names if _IRQ_RE.fullmatch(n))
+    hit = cache.get(pci_dir) if cache is not None else None
+    if hit is not None and hit[0] == names:
+        vectors = hit[1]
+    else:
+        vectors = sorted(int(n) for n in names if _IRQ_RE.fullmatch(n))
+        if cache is not None and vectors:
+            cache[pci_dir] = (names, vectors)
     if vectors:
-        return vectors
+        return list(vectors)
     try:
         line = int(read_text(os.path.join(pci_dir, "irq")))
     except FileNotFoundError:
@@ -278,15 +300,39 @@ def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
     return None
 
 
-def pci_devices(fs: HostFS) -> list[tuple[str, str, str, str]]:
+def _links(path: str) -> tuple[str, str] | None:
+    """The targets of a class device's symlink and of its ``device`` link, or None
+    when either is no symlink."""
+    try:
+        return os.readlink(path), os.readlink(os.path.join(path, "device"))
+    except OSError:
+        return None
+
+
+def pci_devices(
+    fs: HostFS,
+    cache: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] | None = None,
+) -> list[tuple[str, str, str, str]]:
     """(name, kind, BDF, PCI directory) of every NVMe controller and network port on
     PCI, NVMe first, each PCI function once (the first netdev by name when several
-    share one, as switchdev representors or multi-port functions do)."""
+    share one, as switchdev representors or multi-port functions do).
+
+    With ``cache`` (IRQReader.links) a device whose class link and ``device`` link
+    read as at the last scrape is taken to lead where it led then: two readlinks
+    instead of resolving the whole path (a dozen lstats each)."""
     out: list[tuple[str, str, str, str]] = []
     seen: set[str] = set()
     for kind, cls in (("nvme", "nvme"), ("net", "net")):
         for name in list_dir(fs.sys("class", cls)):
-            found = find_pci_function(fs, fs.sys("class", cls, name, "device"))
+            path = fs.sys("class", cls, name)
+            links = _links(path) if cache is not None else None
+            hit = cache.get(path) if cache is not None else None
+            if hit is not None and links is not None and hit[0] == links:
+                found = hit[1]
+            else:
+                found = find_pci_function(fs, os.path.join(path, "device"))
+                if cache is not None and links is not None:
+                    cache[path] = (links, found)
             if found is None or found[0] in seen:
                 continue
             seen.add(found[0])
@@ -309,12 +355,17 @@ def read_device(
     except (OSError, ParseError) as exc:
         dev.numa_error = unreadable_reason(exc)
     try:
-        vectors = device_vectors(pci_dir)
+        vectors = device_vectors(pci_dir, reader.vectors)
     except (OSError, ParseError) as exc:
         dev.unread[-1] = unreadable_reason(exc)
         return dev
+    seen.update(vectors)
+    fixed = reader.fixed
     for number in vectors:
-        seen.add(number)
+        known = fixed.get(number)
+        if known is not None:  # nothing of it can change (IRQReader.read)
+            dev.irqs.append(known)
+            continue
         try:
             irq = reader.read(number)
         except (OSError, ParseError) as exc:

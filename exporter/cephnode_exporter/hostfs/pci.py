@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cephnode_exporter.hostfs import ParseError, ReadErrors, read_text
+from cephnode_exporter.hostfs import AttrFiles, ParseError, ReadErrors, read_text
 
 T = TypeVar("T")
 
@@ -88,10 +88,15 @@ class DeviceAttrs:
     dropped silently instead of being counted as a burst of read errors.
     """
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, files: AttrFiles | None = None) -> None:
         self.base = base
         self.errors = ReadErrors()
         self.missing = False
+        # Kept-open files (read with pread) for attributes read every scrape, while the
+        # directory is there: a kept descriptor of a removed sysfs node fails (ENODEV),
+        # but one into a tree moved away (a fixture's unplug) would read on.
+        kept = files is not None and os.path.isdir(base)
+        self._read = files.read_text if files is not None and kept else read_text
 
     def path(self, name: str) -> str:
         return os.path.join(self.base, name)
@@ -100,7 +105,7 @@ class DeviceAttrs:
         """The parsed attribute, or None when it is missing or bad (bad is counted)."""
         path = self.path(name)
         try:
-            text = read_text(path)
+            text = self._read(path)
         except OSError as exc:
             if is_gone(exc):
                 self.missing = True

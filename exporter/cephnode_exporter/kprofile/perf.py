@@ -87,7 +87,7 @@ COUNTED = (Outcome.OK, Outcome.FAILED, Outcome.TIMEOUT, Outcome.MEMORY, Outcome.
 class PerfConfig:
     perf: str = "perf"  # a name looked up in PATH, or a path
     frequency: int = 49  # samples per second per CPU
-    duration: float = 5.0  # seconds sampled per window
+    duration: float = 2.0  # seconds sampled per window (the collector's default)
     grace: float = 15.0  # seconds a window may take beyond its duration
     max_rss_bytes: int = 128 << 20  # per perf process
     procfs: str = "/proc"  # where kallsyms is read (--path.procfs)
