@@ -140,6 +140,10 @@ ALLOWED_COMMANDS: Mapping[str, Allowed] = MappingProxyType(
         "dump_objectstore_kv_stats": Allowed(max_bytes=1 * MIB, max_items=16_000),
         # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only. 102 bytes.
         "bluefs stats": Allowed(text=True),
+        # osd/OSD.cc: "dump_osd_network name=value,type=CephInt,req=false" (threshold in
+        # ms; 0 lists every heartbeat peer). About 280 bytes and 24 items per peer and
+        # interface: room for 4,096 peers on both, above any OSD's heartbeat peer set.
+        "dump_osd_network": Allowed(frozenset({"value"}), max_bytes=4 * MIB, max_items=200_000),
     }
 )
 

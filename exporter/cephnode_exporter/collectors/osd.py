@@ -78,6 +78,7 @@ from cephnode_exporter.ceph.discovery import (
     limit_sockets,
 )
 from cephnode_exporter.ceph.latency import CounterWindow, LatencyWindow, PooledHistogram
+from cephnode_exporter.ceph.network import parse_osd_network
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
@@ -86,6 +87,7 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
+from cephnode_exporter.collectors.osd_network import network_metrics
 from cephnode_exporter.facts.osd import (
     DEFAULT_LATENCY_WINDOW,
     HostHistograms,
@@ -400,6 +402,7 @@ class _Replies:
     config: Any = None
     version: Any = None
     kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
+    network: Any = None  # dump_osd_network (collectors/osd_network.py)
     cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
     fetched: bool = True  # config and version are in this reply (then parsed into cache)
     pid: int | None = None
@@ -425,6 +428,8 @@ def _query(
     seen = sock.last_peer
     r.perf = sock.command("perf dump", deadline=deadline)
     r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
+    # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
+    r.network = sock.command("dump_osd_network", value=0, deadline=deadline)
     now = time.monotonic()
     r.cache = cache
     if seen is not None and cache.fresh(seen[0], now, interval):
@@ -480,6 +485,7 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
         facts.config.op_queue,
     )
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
+    facts.network = parse_osd_network(replies.network)
     if replies.fetched and cache is not None:
         # Kept only once everything parsed: a bad reply is asked for again next scrape.
         cache.config, cache.version = facts.config, facts.version
@@ -1450,6 +1456,7 @@ def build_metrics(
         device,
         pooled,
         pooled_quantile,
+        *network_metrics(osds),
     ]
 
 
