@@ -982,8 +982,8 @@ def record_network(cluster: CephCluster, dest: Path) -> dict[str, Any]:
         timings[f"{kind}.{state}"] = round(time.perf_counter() - t0, 6)
         name = f"{kind}.dump_osd_network.{state}.json"
         (dest / name).write_bytes(payload)
-        files[name] = {"osd": f"osd.{targets[kind]}", "command": "dump_osd_network value=0",
-                       "bytes": len(payload)}  # fmt: skip
+        files[name] = {"osd": f"osd.{targets[kind]}", "command": "dump_osd_network",
+                       "args": {"value": 0}, "bytes": len(payload)}  # fmt: skip
 
     # An OSD lists a peer once they share a PG and a ping came back (every
     # osd_heartbeat_interval, 6 s, jittered): a size-2 pool, then wait until both

@@ -141,8 +141,9 @@ ALLOWED_COMMANDS: Mapping[str, Allowed] = MappingProxyType(
         # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only. 102 bytes.
         "bluefs stats": Allowed(text=True),
         # osd/OSD.cc: "dump_osd_network name=value,type=CephInt,req=false" (threshold in
-        # ms; 0 lists every heartbeat peer). About 280 bytes and 24 items per peer and
-        # interface: room for 4,096 peers on both, above any OSD's heartbeat peer set.
+        # ms; 0 lists every heartbeat peer). 1.6 KB, 116 items with 3 peers: 270 bytes and
+        # 20 items per peer and network, so 8,192 entries (ceph/network.py MAX_ENTRIES,
+        # 4,096 peers on both networks) are 2.2 MB and 160,000 items.
         "dump_osd_network": Allowed(frozenset({"value"}), max_bytes=4 * MIB, max_items=200_000),
     }
 )
