@@ -22,8 +22,8 @@ local fold = text.fold;
               (
                 (
                   quantile by (%(clusterLabel)s, instance, hostname) (0.5, ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max)
-                  and on (%(clusterLabel)s, instance)
-                  (count by (%(clusterLabel)s, instance) (ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max) >= %(hostMedianMinOSDs)g)
+                  and on (%(clusterLabel)s, instance, hostname)
+                  (count by (%(clusterLabel)s, instance, hostname) (ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max) >= %(hostMedianMinOSDs)g)
                 ) >= %(heartbeatOutlierMinSeconds)g
               )
               / on (%(clusterLabel)s) group_left
