@@ -112,18 +112,10 @@ def expected(fleet: Fleet, event: object) -> list[Expect]:
     a, b = tl.network
     out = []
     if f.network_host:
-        labels = (
-            ("instance", f"{f.network_host}:10060"),
-            ("hostname", f.network_host),
-            ("ceph_daemon", None),
-        )
+        labels = (("instance", f"{f.network_host}:10060"), ("ceph_daemon", None))
         out.append(event(ALERT, labels, a, b))  # type: ignore[operator]
     if f.network_osd >= 0:
         osd = fleet.osd(f.network_osd)
-        labels = (
-            ("instance", f"{osd.host}:10060"),
-            ("ceph_daemon", osd.ceph_daemon),
-            ("hostname", osd.host),
-        )
+        labels = (("instance", f"{osd.host}:10060"), ("ceph_daemon", osd.ceph_daemon))
         out.append(event(ALERT, labels, a, b))  # type: ignore[operator]
     return out

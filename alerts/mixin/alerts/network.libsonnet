@@ -21,9 +21,9 @@ local fold = text.fold;
             expr: |||
               (
                 (
-                  quantile by (%(clusterLabel)s, instance, hostname) (0.5, ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max)
-                  and on (%(clusterLabel)s, instance, hostname)
-                  (count by (%(clusterLabel)s, instance, hostname) (ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max) >= %(hostMedianMinOSDs)g)
+                  quantile by (%(clusterLabel)s, instance) (0.5, ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max)
+                  and on (%(clusterLabel)s, instance)
+                  (count by (%(clusterLabel)s, instance) (ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max) >= %(hostMedianMinOSDs)g)
                 ) >= %(heartbeatOutlierMinSeconds)g
               )
               / on (%(clusterLabel)s) group_left
@@ -44,11 +44,11 @@ local fold = text.fold;
               instance:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon_outlier
             ||| % $._config,
           },
-          // The host, or the OSD, with the mgr's hostname. Not where the host has OSDs in
-          // laggy or waiting PGs now or in the last 10 minutes: a network that stalls long
-          // enough for leases to expire makes PGs laggy, and CephNodeLaggyPGsAttributed (a
-          // page's companion) names that host or OSD already; the same cause is not a
-          // second notification. Hosts come from the mgr on both sides.
+          // The host, or the OSD. Not where the host has OSDs in laggy or waiting PGs now or
+          // in the last 10 minutes (instance:cephnode_osd_laggy_pgs:sum, which holds the
+          // latency alerts too): a network that stalls long enough for leases to expire
+          // makes PGs laggy, and CephNodeLaggyPGsAttributed (a page's companion) names that
+          // host or OSD already; the same cause is not a second notification.
           {
             alert: 'CephNodeHeartbeatPingOutlier',
             expr: |||
@@ -57,17 +57,17 @@ local fold = text.fold;
                 or
                 ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max_outlier
               )
-              unless on (%(clusterLabel)s, hostname)
-              (max_over_time(hostname:cephnode_osd_laggy_pgs:sum[10m]) > 0)
+              unless on (%(clusterLabel)s, instance)
+              (max_over_time(instance:cephnode_osd_laggy_pgs:sum[10m]) > 0)
             ||| % $._config,
             'for': $._config.heartbeatOutlierFor,
             labels: { severity: 'warning' },
             annotations: {
               summary: "A Ceph OSD's or host's heartbeat pings are far above the fleet median.",
               description: fold(|||
-                The median heartbeat ping {{ with $labels.ceph_daemon }}of {{ . }} on host
-                {{ $labels.hostname }} to its peers{{ else }}of the OSDs of host
-                {{ $labels.hostname }} to their peers{{ end }} is {{ printf "%%.1f" $value }}
+                The median heartbeat ping {{ with $labels.ceph_daemon }}of {{ . }} on
+                {{ $labels.instance }} to its peers{{ else }}of the OSDs of
+                {{ $labels.instance }} to their peers{{ end }} is {{ printf "%%.1f" $value }}
                 times the median of the OSDs of cluster {{ $labels.%(clusterLabel)s }}: its
                 network path is slow, which delays replication and the PGs' lease renewals.
               ||| % $._config),
