@@ -224,7 +224,8 @@ def test_the_allowlist_bounds_the_reply() -> None:
 
 def test_collector_exports_the_recorded_pings(node_trees: dict[str, Tree]) -> None:
     """Through fake sockets replaying the recorded OSDs: per OSD and interface the worst,
-    mean and median ping in seconds, equal to the reply's own numbers."""
+    mean and median ping in seconds, equal to the reply's own numbers, and the node's
+    median of its OSDs' medians."""
     tree = node_trees["epyc9454p-tuned"]
     node = FakeNode()
     try:
@@ -243,6 +244,13 @@ def test_collector_exports_the_recorded_pings(node_trees: dict[str, Tree]) -> No
             got = value(c, "cephnode_osd_heartbeat_ping_median_seconds", **d)
             assert got == pytest.approx(median)
             assert peers == 3
+    # The node's median of its two OSDs' larger medians: their mean.
+    larger = [
+        max(expected(recorded("pacific", kind, "rest"), i)[3] for i in ("back", "front"))
+        for kind in KINDS
+    ]
+    host = value(c, "cephnode_osd_host_heartbeat_ping_median_seconds")
+    assert host == pytest.approx(sum(larger) / 2)
 
 
 def test_a_garbage_network_reply_fails_that_osd_only(node_trees: dict[str, Tree]) -> None:

@@ -27,6 +27,7 @@ Faults and episodes:
 from __future__ import annotations
 
 import math
+import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ STALLED_AFTER_S = 2.0
 MAX = "cephnode_osd_heartbeat_ping_max_seconds"
 MEAN = "cephnode_osd_heartbeat_ping_mean_seconds"
 MEDIAN = "cephnode_osd_heartbeat_ping_median_seconds"
-NAMES = frozenset({MAX, MEAN, MEDIAN})
+HOST_MEDIAN = "cephnode_osd_host_heartbeat_ping_median_seconds"
+NAMES = frozenset({MAX, MEAN, MEDIAN, HOST_MEDIAN})
 ALERT = "CephNodeHeartbeatPingOutlier"
 
 
@@ -63,6 +65,8 @@ def write_heartbeats(gen: Generator, w: Writer, host: Host) -> None:
     onset = [m and (i == 0 or not slow_window[i - 1]) for i, m in enumerate(slow_window)]
     laggy = [sc.in_laggy(t, wk) for t, wk in zip(gen.times, gen.weeks, strict=True)]
     stall = gen._during(*tl.stalled)
+    # Per scrape, each OSD's larger median of its two networks: the exporter's host median.
+    larger: list[list[float]] = [[] for _ in range(n)]
     for osd in host.osds:
         srng = _rng(seed, "ping-osd-static", osd.id)
         static = host_factor * math.exp(srng.gauss(0, 0.15))
@@ -99,10 +103,17 @@ def write_heartbeats(gen: Generator, w: Writer, host: Host) -> None:
                     value = (worst, median * rng.uniform(1.05, 1.2), median)
                 for name, v in zip((MAX, MEAN, MEDIAN), value, strict=True):
                     values[name][iface].append(v)
+            medians = [values[MEDIAN][x][-1] for x in ("back", "front")]
+            running = gen.osd_running[osd.id][i]
+            if running and medians[0] is not None and medians[1] is not None:
+                larger[i].append(max(medians[0], medians[1]))
         for name, per_iface in values.items():
             if gen.want(name):
                 for iface, vals in per_iface.items():
                     w.write(name, {**tgt, "interface": iface}, vals)
+    if gen.want(HOST_MEDIAN) and host.osds:
+        host_values = [statistics.median(x) if x else None for x in larger]
+        w.write(HOST_MEDIAN, gen.target(host), host_values)
 
 
 def expected(fleet: Fleet, event: object) -> list[Expect]:

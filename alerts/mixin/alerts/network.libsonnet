@@ -13,18 +13,18 @@ local fold = text.fold;
         name: 'cephnode.heartbeat',
         interval: $._config.ruleEvaluationInterval,
         rules: [
-          // A host whose OSDs' median ping (at least 3 OSDs) is at least 3 times the fleet's
-          // and at least 5 ms: its link, NIC or switch port is slow for all its OSDs. The
-          // ratio to the fleet median, for the description.
+          // A host whose OSDs' median ping (the exporter's median over the node's OSDs; at
+          // least 3 OSD sockets) is at least 3 times the fleet's and at least 5 ms: its link,
+          // NIC or switch port is slow for all its OSDs. The ratio to the fleet median, for
+          // the description. One series a host, not a quantile over the 630 OSDs here.
           {
             record: 'instance:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon_outlier',
             expr: |||
               (
-                (
-                  quantile by (%(clusterLabel)s, instance) (0.5, ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max)
-                  and on (%(clusterLabel)s, instance)
-                  (count by (%(clusterLabel)s, instance) (ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max) >= %(hostMedianMinOSDs)g)
-                ) >= %(heartbeatOutlierMinSeconds)g
+                max by (%(clusterLabel)s, instance) (cephnode_osd_host_heartbeat_ping_median_seconds)
+                >= %(heartbeatOutlierMinSeconds)g
+                and on (%(clusterLabel)s, instance)
+                (max by (%(clusterLabel)s, instance) (cephnode_osd_sockets) >= %(hostMedianMinOSDs)g)
               )
               / on (%(clusterLabel)s) group_left
               cluster:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon

@@ -8,12 +8,15 @@ Per OSD and interface (``back``: the cluster network, ``front``: the public netw
 Ceph names them in osd/OSD.cc), the worst, the mean and the median of its peers' 1-minute
 average round trips: three series per OSD and interface, whatever the number of peers. A
 series per peer would be an OSD's peer set (tens to hundreds) times the OSDs of the
-fleet; the alert needs only the typical (ceph/network.py says why the median). The peer
+fleet; the alert needs only the typical (ceph/network.py says why the median). One
+series per node more: the median of its OSDs', for the host comparison. The peer
 counts stay in the log and in the reply: six series are already above the per-OSD
 budget (docs/metrics.md, "Series per OSD").
 """
 
 from __future__ import annotations
+
+import statistics
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -47,9 +50,20 @@ def network_metrics(osds: list[OSDFacts]) -> list[Metric]:
         "own network is slow, not when a few of its peers are.",
         labels=labels,
     )
+    # The node's own median of its OSDs' (larger of the two networks): what the host
+    # outlier compares, one series a node instead of a quantile over every OSD in the
+    # rules (docs/performance.md).
+    host = GaugeMetricFamily(
+        metric_name("osd", "host_heartbeat_ping_median_seconds"),
+        "The median over this node's answering OSDs of each OSD's median heartbeat ping, "
+        "the larger of its two networks; absent without such an OSD.",
+        labels=[],
+    )
+    per_osd = []
     for o in osds:
         if not o.ok or o.network is None:
             continue
+        larger = None
         for interface in INTERFACES:
             p = o.network.interfaces[interface]
             if p.max_seconds is None or p.mean_seconds is None or p.median_seconds is None:
@@ -57,4 +71,9 @@ def network_metrics(osds: list[OSDFacts]) -> list[Metric]:
             worst.add_metric([o.ceph_daemon, interface], p.max_seconds)
             mean.add_metric([o.ceph_daemon, interface], p.mean_seconds)
             median.add_metric([o.ceph_daemon, interface], p.median_seconds)
-    return [worst, mean, median]
+            larger = max(larger or 0.0, p.median_seconds)
+        if larger is not None:
+            per_osd.append(larger)
+    if per_osd:
+        host.add_metric([], statistics.median(per_osd))
+    return [worst, mean, median, host]
