@@ -5,12 +5,15 @@ flight, state and configuration of the node's OSDs.
 from __future__ import annotations
 
 from grafana import (
+    DASHED,
     FLEET_MEDIAN_LINE,
     P50_LINE,
     PLUMBING,
+    Panel,
     Row,
     heatmap,
     organize,
+    override_regexp,
     state_timeline,
     table,
     table_target,
@@ -96,6 +99,7 @@ def osd_quantiles_row() -> Row:
                 h=9,
                 overrides=[P50_LINE, FLEET_MEDIAN_LINE],
             ),
+            heartbeat_panel(),
             timeseries(
                 "Op pipeline stages (mean over the selected OSDs)",
                 "Where a client op's time goes: queue wait before a shard thread takes it "
@@ -161,6 +165,42 @@ def osd_quantiles_row() -> Row:
             ),
         ],
     )
+
+
+def heartbeat_panel() -> Panel:
+    """Beside the latency: the OSDs' heartbeat pings, the network half of laggy PGs."""
+    return timeseries(
+        "Heartbeat pings per OSD",
+        "Each OSD's median (solid) and worst (dashed) ping to its heartbeat peers, per "
+        "network (back: cluster, front: public), over the peers' 1-minute averages "
+        "(dump_osd_network), against the fleet median of the OSDs' median (white, dashed; "
+        "CephNodeHeartbeatPingOutlier compares with it). Every OSD of the node up: its "
+        "network; one OSD: its messenger or address; only the worst up: a slow peer "
+        "elsewhere.",
+        [
+            target(
+                "cephnode_osd_heartbeat_ping_median_seconds{<OSDS>}",
+                "{{ceph_daemon}} {{interface}}",
+            ),
+            target(
+                "cephnode_osd_heartbeat_ping_max_seconds{<OSDS>}",
+                "{{ceph_daemon}} {{interface}} worst",
+            ),
+            target(
+                "cluster:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon"
+                '{cluster="$cluster"}',
+                "fleet median",
+            ),
+        ],
+        unit="s",
+        w=12,
+        h=9,
+        overrides=[WORST_LINE, FLEET_MEDIAN_LINE],
+    )
+
+
+# The worst peer's ping, dashed: the OSD's own median is the solid line.
+WORST_LINE = override_regexp(".* worst", custom__lineStyle=DASHED)
 
 
 def osd_state_row() -> Row:

@@ -30,6 +30,7 @@ shell::
     CEPHNODE_RELEASE=reef python tests/cephcluster.py record DIR  # ... of a chroot's release
     python tests/cephcluster.py record-kvstats DIR  # dump_objectstore_kv_stats replies
     python tests/cephcluster.py record-slow DIR  # the slow-op signals (record_slow)
+    python tests/cephcluster.py record-network DIR  # dump_osd_network (record_network)
 """
 
 from __future__ import annotations
@@ -955,8 +956,111 @@ def record_slow(cluster: CephCluster, dest: Path) -> dict[str, Any]:
     return manifest
 
 
+def record_network(cluster: CephCluster, dest: Path) -> dict[str, Any]:
+    """Record ``dump_osd_network`` (every peer: ``value`` 0) of a memstore and the
+    BlueStore OSD into ``dest``: at rest once each OSD has pinged its peers for a while
+    (``rest``), then after one peer was stopped for ``STALL_S`` seconds under a write load
+    and both OSDs closed a 1-minute interval for it (``stalled``): the pings sent to it
+    are answered when it continues, so their round trip, and that peer's 1-minute average,
+    carry the stall, as a peer behind a slow link would. A stopped process, not a delay on
+    the loopback interface: ``tc netem`` on ``lo`` would slow everything else on the
+    machine. Not in :func:`record`: that would
+    re-record every payload the other tests' numbers come from. docs/ceph.md.
+    """
+    from cephnode_exporter.ceph.asok import AdminSocket
+
+    memstore, bluestore = cluster.memstore_ids[0], cluster.bluestore_ids[0]
+    targets = {"memstore": memstore, "bluestore": bluestore}
+    sockets = {kind: AdminSocket(cluster.asok(f"osd.{i}")) for kind, i in targets.items()}
+    dest.mkdir(parents=True, exist_ok=True)
+    files: dict[str, dict[str, Any]] = {}
+    timings: dict[str, float] = {}
+
+    def save(kind: str, state: str) -> None:
+        t0 = time.perf_counter()
+        payload = sockets[kind].raw("dump_osd_network", value=0)
+        timings[f"{kind}.{state}"] = round(time.perf_counter() - t0, 6)
+        name = f"{kind}.dump_osd_network.{state}.json"
+        (dest / name).write_bytes(payload)
+        files[name] = {"osd": f"osd.{targets[kind]}", "command": "dump_osd_network",
+                       "args": {"value": 0}, "bytes": len(payload)}  # fmt: skip
+
+    # An OSD lists a peer once they share a PG and a ping came back (every
+    # osd_heartbeat_interval, 6 s, jittered): a size-2 pool, then wait until both
+    # recorded OSDs list a peer on both interfaces.
+    pool_id = cluster.create_pool("net", size=2, pg_num=16)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        replies = [s.command("dump_osd_network", value=0) for s in sockets.values()]
+        if all({e.get("interface") for e in r["entries"]} == {"back", "front"} for r in replies):
+            break
+        time.sleep(2)
+    time.sleep(NETWORK_SETTLE_S)
+    for kind in targets:
+        save(kind, "rest")
+    pgs = cluster.pgs(pool_id)
+    others = [i for i in cluster.osds if i not in targets.values()]
+    victim = next(
+        (i for i in others if all(any(i in p["acting"] and t in p["acting"] for p in pgs)
+                                  for t in targets.values())),
+        others[0],
+    )  # fmt: skip
+    bench = cluster.bench_background("net", 120, mode="write", block=4096)
+    time.sleep(1.5)
+
+    def updated(kind: str) -> list[float]:
+        """When the recorded OSD last closed an interval for the stopped peer (the entry's
+        "last update", a ctime(3) string in the daemon's local time), per interface."""
+        reply = sockets[kind].command("dump_osd_network", value=0)
+        return [
+            time.mktime(time.strptime(e["last update"], "%a %b %d %H:%M:%S %Y"))
+            for e in reply["entries"]
+            if e["to osd"] == victim
+        ]
+
+    with cluster.stopped(victim):
+        time.sleep(STALL_S)
+    resumed = time.time()
+    # A peer's averages are computed when its 1-minute interval closes (OSD.cc
+    # handle_osd_ping; ceph/ceph qa/standalone/misc/network-ping.sh waits for "1 cycle"):
+    # wait until both recorded OSDs closed one for the stopped peer, on both interfaces,
+    # after the held pings were answered.
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        times = [updated(kind) for kind in targets]
+        if all(len(t) == 2 and min(t) >= resumed + 2 for t in times):
+            break
+        time.sleep(2)
+    for kind in targets:
+        save(kind, "stalled")
+    bench.kill()
+    bench.wait()
+    version = AdminSocket(cluster.asok(f"osd.{bluestore}")).command("version")
+    env = f"CEPHNODE_RELEASE={os.environ.get('CEPHNODE_RELEASE', '?')} " if cluster.chroot else ""
+    manifest = {
+        "ceph_version": version.get("version"),
+        "release": version.get("release"),
+        "recorded_with": f"{env}python tests/cephcluster.py record-network {_repo_relative(dest)}",
+        "recorded_on": time.strftime("%Y-%m-%d", time.gmtime()),
+        "packages": "Debian "
+        + ("bookworm (host)" if cluster.chroot is None else f"chroot {cluster.chroot.name}"),
+        "stalled_peer": f"osd.{victim}",
+        "stall_seconds": STALL_S,
+        "seconds_per_command": timings,
+        "files": files,
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+# record_network: seconds the recorded OSDs keep pinging before the reply at rest, and
+# the peer's stop.
+NETWORK_SETTLE_S = 10.0
+STALL_S = 3.0
+
+
 def main(argv: list[str]) -> int:
-    commands = ("up", "record", "record-kvstats", "record-slow")
+    commands = ("up", "record", "record-kvstats", "record-slow", "record-network")
     if not argv or argv[0] not in commands or (argv[0] != "up" and len(argv) != 2):
         print(__doc__, file=sys.stderr)
         return 2
@@ -974,7 +1078,11 @@ def main(argv: list[str]) -> int:
         print(f"conf: {cluster.conf}\nsockets: {cluster.socket_dir}")
         print(f"ceph: {' '.join(cluster.ceph_cmd)}", flush=True)
         if argv[0] != "up":
-            recorders = {"record": record, "record-kvstats": record_kv_stats}
+            recorders = {
+                "record": record,
+                "record-kvstats": record_kv_stats,
+                "record-network": record_network,
+            }
             recorder = recorders.get(argv[0], record_slow)
             manifest = recorder(cluster, Path(argv[1]))
             print(json.dumps(manifest, indent=2))

@@ -51,6 +51,7 @@ TIMELINE = F.Timeline(
     scheduler=18,
     latency=22,
     stalled=(28, 32),
+    network=(10, 26),
 )
 JOBS = 2
 
@@ -229,6 +230,7 @@ def test_faulted_fleet_fires_exactly_the_injected_faults(
         faulted.fleet.osd(x) for x in (f.slow_osd, f.failing_osd, f.stalled_osd)
     )
     debug = faulted.fleet.osd(f.debug[-1])
+    network_osd = faulted.fleet.osd(f.network_osd)
     port = F.EXPORTER_PORT
     for needle in (
         f"CephNodeDeepCStatesEnabled{{instance={f.cstates}:",
@@ -244,6 +246,9 @@ def test_faulted_fleet_fires_exactly_the_injected_faults(
         f"CephNodeLaggyPGsAttributed{{hostname={f.laggy},",
         f"CephNodeLaggyPGsAttributed{{hostname={stalled.host},ceph_daemon={stalled.ceph_daemon},",
         f"CephNodeOSDDebugLogging{{instance={debug.host}:{port},ceph_daemon={debug.ceph_daemon},",
+        f"CephNodeHeartbeatPingOutlier{{instance={f.network_host}:{port},severity=",
+        f"CephNodeHeartbeatPingOutlier{{instance={network_osd.host}:{port},"
+        f"ceph_daemon={network_osd.ceph_daemon},",
     ):
         assert any(a.startswith(needle) for a in fired), f"{needle} never fired: {sorted(fired)}"
     # No slow-ops alert: the ops of the laggy PGs' primaries wait for the PG or a replica.
@@ -292,6 +297,7 @@ DEADLINES = {
     ),
     "CephNodeLaggyPGs": 2.0,
     "CephNodeLaggyPGsAttributed": 5.0,
+    "CephNodeHeartbeatPingOutlier": 10.0,
 }
 
 

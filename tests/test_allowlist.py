@@ -31,6 +31,8 @@ READ_ONLY: dict[str, str] = {
     "version": "formats the version (src/common/admin_socket.cc VersionHook)",
     "dump_objectstore_kv_stats": "RocksDBStore::get_statistics reads properties",
     "bluefs stats": "formats BlueFS's space use (src/os/bluestore/BlueFS.cc SocketHook)",
+    "dump_osd_network": "copies the heartbeat ping times and formats them; its value "
+    "argument is only the listing threshold (src/osd/OSD.cc asok_command)",
 }
 # Commands every release's OSD offers that change its state or put work on its devices:
 # never sendable.

@@ -77,6 +77,7 @@ def test_full_exposition_has_the_osd_and_pgs_families(full_exposition: str) -> N
         'cephnode_scrape_collector_success{collector="osd"} 1.0',
         'cephnode_scrape_collector_success{collector="pgs"} 1.0',
         'cephnode_osd_op_latency_seconds_bucket{ceph_daemon="osd.3"',
+        'cephnode_osd_heartbeat_ping_median_seconds{ceph_daemon="osd.3",interface="back"}',
         "cephnode_osd_op_latency_quantile_seconds{",
         "cephnode_osd_host_op_latency_quantile_seconds{",
         'cephnode_osd_laggy_pgs{ceph_daemon="osd.2",role="replica",state="laggy"} 3.0',

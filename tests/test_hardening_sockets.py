@@ -395,7 +395,7 @@ def test_too_many_json_items_are_refused_before_parsing_but_a_real_stall_is_read
 def test_every_cap_keeps_a_margin_over_the_recorded_replies() -> None:
     """The replies recorded from the Pacific cluster (tests/fixtures/ceph) are at most an
     eighth of their command's caps, in bytes and in items."""
-    for directory in (FIXTURES, FIXTURES / "kvstats"):
+    for directory in (FIXTURES, FIXTURES / "kvstats", FIXTURES / "network"):
         manifest = json.loads((directory / "manifest.json").read_bytes())
         for name, meta in manifest["files"].items():
             payload = (directory / name).read_bytes()

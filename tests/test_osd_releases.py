@@ -30,7 +30,14 @@ from cephnode_exporter.scrape import Collection
 from tests.conftest import Tree, collect, samples, value
 from tests.test_asok import reply
 from tests.test_counters import RELEASE_DIRS, VERSIONS, recorded
-from tests.test_osd import COMMAND_FILES, KV_OPTIONS, ONLY_OSD, FakeNode, kv_requests
+from tests.test_osd import (
+    COMMAND_FILES,
+    KV_OPTIONS,
+    ONLY_OSD,
+    FakeNode,
+    kv_requests,
+    network_reply,
+)
 
 RELEASES = ("pacific", "reef", "tentacle")
 NEWER = ("reef", "tentacle")
@@ -213,6 +220,7 @@ class SlowOSD:
             if command == "config show":
                 data.update(KV_OPTIONS if kv is not None else {"rocksdb_perf": "false"})
             self.replies[command] = json.dumps(data).encode()
+        self.replies["dump_osd_network"] = network_reply(kind, release_dir=RELEASE_DIRS[release])
         if kv is not None:
             self.replies["dump_objectstore_kv_stats"] = kv
 

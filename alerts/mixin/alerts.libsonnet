@@ -20,6 +20,7 @@
 (import 'alerts/detuned.libsonnet')
 + (import 'alerts/regressions.libsonnet')
 + (import 'alerts/laggy.libsonnet')
++ (import 'alerts/network.libsonnet')
 + (import 'alerts/exporter.libsonnet')
 + {
   prometheusAlerts+:: {

@@ -121,6 +121,15 @@
     laggyPGsAttributionShare: 0.5,
     laggyPGsAttributedFor: '1m',
 
+    // ---------------------------------------------------------------- heartbeat pings
+
+    // CephNodeHeartbeatPingOutlier: an OSD's median heartbeat ping (the larger of its two
+    // networks), or the median of a host's OSDs, against the fleet's median, and a floor.
+    osdHeartbeatOutlierFactor: 3,
+    hostHeartbeatOutlierFactor: 3,
+    heartbeatOutlierMinSeconds: 0.005,
+    heartbeatOutlierFor: '5m',
+
     // ---------------------------------------------------------------- the exporter
 
     exporterDownFor: '5m',

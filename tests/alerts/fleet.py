@@ -65,6 +65,9 @@ Faults (``Faults``; each chronic unless said, i.e. also present a week ago):
   alerts' 15-minute ``for``, so only the laggy-PG alerts may fire.
 - ``debug``: every OSD of a host gets ``debug_osd 20/20`` at minute 10 of the main window
   (not last week): CPU per op +30 %, latency +8 %.
+- ``network_host``, ``network_osd``: a host's cluster-network link, and one OSD of
+  another host, with slow heartbeat pings (tests/alerts/fleet_network.py, which also
+  models every OSD's pings and those of the laggy and stalled episodes).
 
 Plus three MON nodes that run the exporter without OSDs and are detuned in every way the
 detuned reference node is (C-states, governor, IOMMU, PCIe link, scheduler, MTU, sysctls,
@@ -86,6 +89,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from tests.alerts import fleet_network
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -236,6 +241,10 @@ class Faults:
     pcie: str = "ceph-osd-r6615-45"  # nvme5's link trained to x2 (chronic)
     governor: str = "ceph-osd-r6615-28"  # switched to powersave (Timeline.governor)
     scheduler: str = "ceph-osd-r6615-64"  # nvme3n1 back on mq-deadline (Timeline.scheduler)
+    # A host whose cluster-network link is slow, and one OSD whose pings are
+    # (Timeline.network; tests/alerts/fleet_network.py).
+    network_host: str = "ceph-osd-r6615-48"
+    network_osd: int = -1  # set by Fleet.build
 
     @classmethod
     def none(cls) -> Faults:
@@ -249,6 +258,7 @@ class Faults:
             pcie="",
             governor="",
             scheduler="",
+            network_host="",
         )
 
 
@@ -296,6 +306,9 @@ class Timeline:
     # the rules' 10-minute context window.
     latency: int = 22
     stalled: tuple[int, int] = (28, 32)
+    # Slow heartbeat pings (Faults.network_host, network_osd): from, until. Before the
+    # stalled replica, whose laggy PGs hold the alert back on their hosts for 10 minutes.
+    network: tuple[int, int] = (10, 26)
 
 
 @dataclass
@@ -337,6 +350,7 @@ class Fleet:
                 slow_osd=by_name["ceph-osd-r6615-41"].osds[3].id,
                 failing_osd=by_name["ceph-osd-r6615-09"].osds[6].id,
                 stalled_osd=by_name["ceph-osd-r6615-36"].osds[2].id,
+                network_osd=by_name["ceph-osd-r6615-12"].osds[2].id,
                 debug=(
                     by_name["ceph-osd-r6615-60"].osds[0].id,
                     by_name["ceph-osd-r6615-60"].osds[4].id,
@@ -428,6 +442,7 @@ SYNTHETIC = frozenset(
         "cephnode_osd_ops_in_flight_by_flag_point",
         "cephnode_osd_debug_level_info",
         "cephnode_osd_debug_nonzero_subsystems",
+        *fleet_network.NAMES,
         "ceph_osd_metadata",
         "ceph_osd_up",
         "ceph_osd_in",
@@ -1010,6 +1025,7 @@ class Generator:
             self._host_cpu_per_op(writer, host)
             self._sockets(writer, host)
             self._host_histogram(writer, host, per_osd)
+            fleet_network.write_heartbeats(self, writer, host)
             self._check_hashes(writer, host)
             if progress:
                 progress(host.name)
@@ -2189,6 +2205,7 @@ def expected_alerts(
         for op in COMPARED_OPS:
             labels = (("instance", inst(f.slow_host)), ("op", op), ("device_class", "nvme"))
             out.append(event("CephNodeHostLatencyOutlier", labels, tl.latency, window=2))
+    out += fleet_network.expected(fleet, event)
     # Operations page nobody; while the mgr reports the context that explains a latency
     # outlier (recovery, backfill, degraded PGs, noout), the latency alerts may fire as
     # info naming it.

@@ -99,6 +99,9 @@ def replies(
         if command == "dump_ops_in_flight" and idle:
             data = {"ops": [], "num_ops": 0}
         out[command] = json.dumps(data).encode()
+    # Recorded by tests/cephcluster.py record-network, at rest.
+    network = FIXTURES / "network" / f"{kind}.dump_osd_network.rest.json"
+    out["dump_osd_network"] = network.read_bytes()
     return out
 
 

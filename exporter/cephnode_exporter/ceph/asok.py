@@ -136,6 +136,11 @@ ALLOWED_COMMANDS: Mapping[str, Allowed] = MappingProxyType(
         "dump_objectstore_kv_stats": Allowed(max_bytes=1 * MIB, max_items=16_000),
         # os/bluestore/BlueFS.cc SocketHook: plain text, BlueStore OSDs only. 102 bytes.
         "bluefs stats": Allowed(text=True),
+        # osd/OSD.cc: "dump_osd_network name=value,type=CephInt,req=false" (threshold in
+        # ms; 0 lists every heartbeat peer). 1.6 KB, 116 items with 3 peers: 270 bytes and
+        # 20 items per peer and network, so 8,192 entries (ceph/network.py MAX_ENTRIES,
+        # 4,096 peers on both networks) are 2.2 MB and 160,000 items.
+        "dump_osd_network": Allowed(frozenset({"value"}), max_bytes=4 * MIB, max_items=200_000),
     }
 )
 

@@ -36,6 +36,7 @@ from cephnode_exporter.collectors.osd_latency import (
     MEAN_MIN_RATE,
     ROCKSDB_STAGE_AVGS,
 )
+from cephnode_exporter.collectors.osd_network import network_metrics
 from cephnode_exporter.facts.osd import (
     DEFAULT_LATENCY_WINDOW,
     HostHistograms,
@@ -447,6 +448,7 @@ def build_metrics(
         device,
         pooled,
         pooled_quantile,
+        *network_metrics(osds),
     ]
 
 

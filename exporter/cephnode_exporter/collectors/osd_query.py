@@ -18,6 +18,7 @@ from typing import Any
 
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError
+from cephnode_exporter.ceph.network import parse_osd_network
 from cephnode_exporter.facts.osd import OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
 from cephnode_exporter.hostfs.process import (
@@ -65,6 +66,7 @@ class _Replies:
     config: Any = None
     version: Any = None
     kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
+    network: Any = None  # dump_osd_network (collectors/osd_network.py)
     cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
     fetched: bool = True  # config and version are in this reply (then parsed into cache)
     pid: int | None = None
@@ -90,6 +92,8 @@ def _query(
     seen = sock.last_peer
     r.perf = sock.command("perf dump", deadline=deadline)
     r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
+    # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
+    r.network = sock.command("dump_osd_network", value=0, deadline=deadline)
     now = time.monotonic()
     r.cache = cache
     if seen is not None and cache.fresh(seen[0], now, interval):
@@ -145,6 +149,7 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
         facts.config.op_queue,
     )
     facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
+    facts.network = parse_osd_network(replies.network)
     if replies.fetched and cache is not None:
         # Kept only once everything parsed: a bad reply is asked for again next scrape.
         cache.config, cache.version = facts.config, facts.version

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.discovery import LIMIT, Dropped, OSDSocket
+from cephnode_exporter.ceph.network import NetworkPings
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.blockdev import OSDBlock
 from cephnode_exporter.hostfs.process import ProcessSample
@@ -33,6 +34,7 @@ class OSDFacts:
     # The OSD's own words when it declined dump_objectstore_kv_stats (Tentacle with
     # rocksdb_perf off since config show was read); logged once per change.
     kv_note: str | None = None
+    network: NetworkPings | None = None  # heartbeat ping times (dump_osd_network)
     # Host facts; None with the reason in *_note (a fact: no pid visible, no block
     # device) or *_error (a read error, counted).
     pid: int | None = None
