@@ -86,6 +86,7 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
+from cephnode_exporter.collectors.osd_encryption import encryption_metrics, read_encryption
 from cephnode_exporter.facts.osd import (
     DEFAULT_LATENCY_WINDOW,
     HostHistograms,
@@ -899,6 +900,8 @@ class OSDCollector(Collector):
         else:
             self._find_block(facts, data_dirs, errors)
         facts.media = self._media(facts, errors)
+        # dm-crypt under the block device: collectors/osd_encryption.py.
+        facts.encryption = read_encryption(facts, errors)
 
     def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         for data_dir in data_dirs:
@@ -1033,7 +1036,7 @@ class OSDCollector(Collector):
             facts.latency_window,
             facts.host_cpu_per_op,
         )
-        return [*families, *_dropped_metrics(facts)]
+        return [*families, *_dropped_metrics(facts), *encryption_metrics(facts.osds)]
 
 
 def _dropped_metrics(facts: OSDCollectorFacts) -> list[Metric]:
