@@ -21,6 +21,7 @@
 + (import 'alerts/regressions.libsonnet')
 + (import 'alerts/laggy.libsonnet')
 + (import 'alerts/exporter.libsonnet')
++ (import 'alerts/drift.libsonnet')
 + {
   prometheusAlerts+:: {
     groups: [

@@ -21,3 +21,4 @@
 + (import 'rules/pgs.libsonnet')
 + (import 'rules/cluster.libsonnet')
 + (import 'rules/node.libsonnet')
++ (import 'rules/drift.libsonnet')
