@@ -137,6 +137,9 @@
     driftSettle: '1h',
     // Hold after that.
     driftFor: '1h',
+    // A host's own series are read over this range: a reboot (a few missed scrapes) does
+    // not restart the hold.
+    driftGap: '15m',
     // tuning_fact_hash facts not compared: serial numbers differ on every host, and the
     // families the rule reads as labels (their value, not a hash, is named).
     driftHashExcluded: 'nvme_controller_info|bios_info|cpu_microcode_info|kernel_release_info|tuned_profile_info|osd_info',

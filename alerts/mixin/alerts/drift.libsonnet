@@ -19,21 +19,24 @@ local fold = text.fold;
           // so the new value's count grows and the old one's shrinks every step: neither is
           // settled while the upgrade goes on, at any pace faster than a host an hour. A
           // fleet without a clear majority (two hardware generations, an upgrade half done)
-          // names nobody.
+          // names nobody. The host's own value and its share are read over the last 15
+          // minutes: a reboot of the host (its series stale for a few scrapes) must not
+          // restart the hold; a host brought back to the majority is let go 15 minutes
+          // later. The majority is read now: exactly one value can hold 75 %.
           {
             record: 'instance_fact:cephnode_fact_value:drift',
             expr: |||
               (
-                instance_fact:cephnode_fact_value:group
+                max_over_time(instance_fact:cephnode_fact_value:group[%(driftGap)s])
                 and on (%(clusterLabel)s, fact, value)
-                (cluster_fact_value:cephnode_fact_nodes:ratio <= %(driftMaxShare)g)
+                (max_over_time(cluster_fact_value:cephnode_fact_nodes:ratio[%(driftGap)s]) <= %(driftMaxShare)g)
                 and on (%(clusterLabel)s, fact, value)
                 (
                   max_over_time(cluster_fact_value:cephnode_fact_nodes:count[%(driftSettle)s])
                   == min_over_time(cluster_fact_value:cephnode_fact_nodes:count[%(driftSettle)s])
                 )
                 and on (%(clusterLabel)s, fact, value)
-                (cluster_fact_value:cephnode_fact_nodes:count offset %(driftSettle)s)
+                max_over_time(cluster_fact_value:cephnode_fact_nodes:count[%(driftGap)s] offset %(driftSettle)s)
               )
               * on (%(clusterLabel)s, fact) group_left (majority_value)
               max by (%(clusterLabel)s, fact, majority_value) (
