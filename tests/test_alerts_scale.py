@@ -67,6 +67,8 @@ class Replayed:
     # missed at least one scrape (from the data).
     context_minutes: int
     exporter_down: int
+    # Per dashboard file, its panels' queries over the main window (faulted fleet only).
+    dashboards: dict[str, R.Refresh] = field(default_factory=dict)
     # The encrypted hosts' median read mean over the plain OSDs' median, before the faults:
     # what the outlier alerts would see without comparing encrypted OSDs among themselves.
     encrypted_ratio: dict[str, float] = field(default_factory=dict)
@@ -83,13 +85,21 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, F.Snapshot]
 
 
 def replay(
-    fleet: F.Fleet, snapshots: dict[str, F.Snapshot], rules: list[R.Rule], workdir: Path
+    fleet: F.Fleet,
+    snapshots: dict[str, F.Snapshot],
+    rules: list[R.Rule],
+    workdir: Path,
+    dashboards: bool = False,
 ) -> Replayed:
-    """Generate, backfill and evaluate one fleet; Prometheus is stopped on return."""
+    """Generate, backfill and evaluate one fleet; Prometheus is stopped on return. With
+    ``dashboards``, the series the dashboards read are generated too and every panel's
+    query runs over the main window."""
     need_tool("promtool", "prometheus")
     need_tool("prometheus", "prometheus")
     needed, missing = R.needed_metrics(rules, F.known_names(snapshots))
     assert not missing, f"the rules read series the fleet generator cannot make: {missing}"
+    if dashboards:
+        needed |= R.dashboard_metrics() & F.known_names(snapshots)
     scenario = F.Scenario(fleet, MAIN_START)
     files, stats = F.generate(fleet, scenario, workdir / "om", needed, snapshots, jobs=JOBS)
     data = workdir / "data"
@@ -103,6 +113,8 @@ def replay(
     wanted = [
         R.needed_recordings(rules, offset_alerts if w.week else alerts) for w in scenario.windows
     ]
+    if dashboards:
+        wanted[-1] |= R.dashboard_recordings(rules)
     with R.Prometheus(data) as prom:
         R.backfill_recording_rules(prom, rules, windows, workdir, window_rules=wanted, jobs=JOBS)
         main = scenario.windows[-1]
@@ -122,6 +134,8 @@ def replay(
 
         context = scalar(f"sum(count_over_time(cluster:ceph_latency_context:max10m[{span}]))")
         down = scalar(f'count(min_over_time(up{{job="{F.EXPORTER_JOB}"}}[{span}]) == 0)')
+        hours = (main.steps - 1) * main.step_s / 3600
+        boards = R.dashboard_refresh(prom, fleet, end, hours, all_range=True) if dashboards else {}
         encrypted = encrypted_ratio(prom, main.start + (fleet.timeline.latency - 2) * 60)
     return Replayed(
         fleet,
@@ -131,6 +145,7 @@ def replay(
         set(stats["names"]),
         context,
         down,
+        boards,
         encrypted_ratio=encrypted,
     )
 
@@ -151,7 +166,7 @@ def faulted(
     snapshots: dict[str, F.Snapshot], rules: list[R.Rule], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Replayed]:
     workdir = tmp_path_factory.mktemp("fleet-faulted")
-    yield replay(F.Fleet.build(timeline=TIMELINE), snapshots, rules, workdir)
+    yield replay(F.Fleet.build(timeline=TIMELINE), snapshots, rules, workdir, dashboards=True)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -394,3 +409,39 @@ def test_generated_series_are_documented(
     assert faulted.written & names, "the replay wrote no cephnode_ series"
     undocumented = sorted(n for n in names if not is_documented(n))
     assert not undocumented, f"generated series missing from docs/metrics.md: {undocumented}"
+
+
+# Dashboard targets the faulted fleet has no data for, and why: the generator makes the
+# series the rules and these panels read from the reference nodes' real exposition, except
+# those below. tests/test_dashboards.py runs each of them on real exporter output.
+NO_FLEET_DATA = {
+    ("cephnode-node.json", "Op pipeline stages (mean over the selected OSDs)"): (
+        "the generator makes no pipeline-stage counters (queue wait, prepare, process)"
+    ),
+    ("cephnode-node.json", "BlueStore stages (mean over the selected OSDs)"): (
+        "the generator makes no BlueStore stage counters besides the commit latency"
+    ),
+    ("cephnode-node.json", "Debug levels on"): "the fleet's first host has none on",
+    ("cephnode-node.json", "PCIe links trained below their maximum"): (
+        "the fleet's first host's links are at full width"
+    ),
+    ("cephnode-node.json", "Ports: driver, bond, NUMA node, MTU and speed"): (
+        "node_exporter's series (another job) are not generated"
+    ),
+    ("cephnode-node.json", "Top spin-lock callers"): ("the fleet's first host runs no kprofile"),
+    ("cephnode-fleet.json", "Failing collectors"): "no collector fails in the fleet",
+    ("cephnode-fleet.json", "OSD sockets not answering"): "every socket answers",
+}
+
+
+def test_dashboards_query_the_fleet(faulted: Replayed) -> None:
+    """Every panel query of both dashboards runs on the 630-OSD fleet without an error,
+    and returns series wherever the fleet has the data (the refresh cost is
+    docs/performance.md's, from tests/bench/bench_rules.py)."""
+    assert set(faulted.dashboards) == {"cephnode-fleet.json", "cephnode-node.json"}
+    errors = {n: r.errors for n, r in faulted.dashboards.items() if r.errors}
+    assert not errors, errors
+    empty = {(n, title) for n, r in faulted.dashboards.items() for title, _ in r.empty}
+    assert empty - set(NO_FLEET_DATA) == set(), "panels without data at 630 OSDs"
+    assert set(NO_FLEET_DATA) - empty == set(), "NO_FLEET_DATA lists panels with data now"
+    assert sum(r.queried for r in faulted.dashboards.values()) > 80

@@ -591,3 +591,89 @@ def tools_present() -> bool:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "false")
+
+
+# ----------------------------------------------------------------------------- dashboards
+
+
+def _dashboard_names() -> set[str]:
+    """Metric names, raw and recorded, that the dashboards' targets read (dashboards/*.json)."""
+    from tests import test_dashboards as D
+
+    return {
+        m for name in D.FILES for _, t in D.targets(D.load(name)) for m in D.metric_names(t["expr"])
+    }
+
+
+def dashboard_metrics() -> set[str]:
+    """Raw metric names the dashboards' targets read."""
+    return {m for m in _dashboard_names() if ":" not in m}
+
+
+def dashboard_recordings(rules: list[Rule]) -> set[str]:
+    """Recorded series the dashboards read, with the recordings those are made from."""
+    names = _dashboard_names()
+    roots = [r for r in rules if r.kind == "record" and r.name in names]
+    return {r.name for r in roots} | needed_recordings(rules, roots)
+
+
+@dataclass
+class Refresh:
+    """One refresh of one dashboard: engine seconds summed over its targets, the costliest
+    target's panel and seconds, the targets queried, the (panel, refId) of those with no
+    series, and the (panel, refId, error) of those Prometheus refused."""
+
+    seconds: float = 0.0
+    worst: str = ""
+    worst_seconds: float = 0.0
+    queried: int = 0
+    empty: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def dashboard_refresh(
+    prom: Prometheus, fleet: Any, end: float, hours: float, all_range: bool = False
+) -> dict[str, Refresh]:
+    """Each dashboard's targets as Grafana sends them on a refresh: range queries over the
+    last ``hours`` at a 30 s step, instant targets at ``end`` (``all_range``: those too
+    over the range, so that a table shows whether the fleet ever had its data). The
+    variables name the fleet's first host and two of its OSDs."""
+    from tests import test_dashboards as D
+
+    host = fleet.osds[0].host
+    osds = [o.ceph_daemon for o in fleet.osds if o.host == host][:2]
+    out = {}
+    for name in D.FILES:
+        board = D.load(name)
+        values = D.values_for(board)
+        values.update(
+            instance=f"{host}:10060",
+            ceph_daemon="(" + "|".join(osds) + ")",
+            device_class="nvme",
+            __range=f"{round(hours * 60)}m",
+        )
+        for v in board["templating"]["list"]:
+            if v["name"] == "host":
+                values["host"] = D.host_of(values["instance"], v["regex"])
+        r = out[name] = Refresh()
+        for panel, t in D.targets(board):
+            expr = D.substitute(t["expr"], values)
+            if t.get("instant") and not all_range:
+                path, params = "/api/v1/query", {"query": expr, "time": end, "stats": "all"}
+            else:
+                path = "/api/v1/query_range"
+                params = {"query": expr, "start": end - hours * 3600, "end": end, "step": 30,
+                          "stats": "all"}  # fmt: skip
+            r.queried += 1
+            try:
+                reply = prom.api(path, params)
+            except RuntimeError as exc:
+                r.errors.append((panel["title"], t["refId"], str(exc)[-300:]))
+                continue
+            took = reply["stats"]["timings"]["evalTotalTime"]
+            if not reply["result"]:
+                r.empty.append((panel["title"], t["refId"]))
+            r.seconds += took
+            if took > r.worst_seconds:
+                r.worst, r.worst_seconds = panel["title"], took
+    return out

@@ -242,67 +242,6 @@ def same_times(
     return {i: statistics.median(v) for i, v in per_rule.items()}
 
 
-def dashboard_metrics() -> set[str]:
-    """Raw metric names the dashboards' targets read."""
-    from tests import test_dashboards as D
-
-    return {
-        m
-        for name in D.FILES
-        for _, t in D.targets(D.load(name))
-        for m in D.metric_names(t["expr"])
-        if ":" not in m
-    }
-
-
-def dashboard_queries(
-    prom: R.Prometheus, fleet: F.Fleet, end: float, hours: float = 6
-) -> dict[str, tuple[float, str, float, int, list[str]]]:
-    """One refresh of each dashboard at 630 OSDs: every target as Grafana sends it (a
-    range query over the last ``hours`` at a 30 s step, an instant query for instant
-    targets), with the variables set to one host of the fleet and two of its OSDs. Per
-    dashboard: the engine's seconds summed over its targets, the costliest target's title
-    and seconds, the targets queried, and the panels of those that returned no series."""
-    from tests import test_dashboards as D
-
-    host = fleet.osds[0].host
-    osds = [o.ceph_daemon for o in fleet.osds if o.host == host][:2]
-    out = {}
-    for name in D.FILES:
-        board = D.load(name)
-        values = D.values_for(board)
-        values.update(
-            instance=f"{host}:10060",
-            ceph_daemon="(" + "|".join(osds) + ")",
-            device_class="nvme",
-            __range=f"{round(hours * 60)}m",
-        )
-        for v in board["templating"]["list"]:
-            if v["name"] == "host":
-                values["host"] = D.host_of(values["instance"], v["regex"])
-        total, worst, worst_s, queried = 0.0, "", 0.0, 0
-        empty: list[str] = []
-        for panel, t in D.targets(board):
-            expr = D.substitute(t["expr"], values)
-            if t.get("instant"):
-                reply = prom.api("/api/v1/query", {"query": expr, "time": end, "stats": "all"})
-            else:
-                reply = prom.api(
-                    "/api/v1/query_range",
-                    {"query": expr, "start": end - hours * 3600, "end": end, "step": 30,
-                     "stats": "all"},
-                )  # fmt: skip
-            queried += 1
-            took = reply["stats"]["timings"]["evalTotalTime"]
-            if not reply["result"]:
-                empty.append(panel["title"])
-            total += took
-            if took > worst_s:
-                worst, worst_s = panel["title"], took
-        out[name] = (total, worst, worst_s, queried, empty)
-    return out
-
-
 def _instant(stamp: str) -> float:
     """Seconds of an RFC 3339 time as Prometheus prints it (nanoseconds cut to micro)."""
     head, _, frac = stamp.rstrip("Z").partition(".")
@@ -394,7 +333,7 @@ def main() -> int:
             # What the panels read besides, so that a refresh reads what it would in
             # production (node_exporter's series are not generated: those panels stay
             # empty and are counted as such).
-            needed |= dashboard_metrics() & known
+            needed |= R.dashboard_metrics() & known
         stats, windows = build(work / "iq", fleet, MAIN_START, snaps, rules, needed, jobs)
         setup_s = time.monotonic() - t0
         print(
@@ -412,7 +351,7 @@ def main() -> int:
             per_group, per_rule, totals = instant_queries(prom, rules, times, args.repeat)
             # The whole main window: a dashboard over the hours of data there are.
             hours = (main_end - main_start) / 3600
-            boards = dashboard_queries(prom, fleet, main_end, hours) if args.dashboards else {}
+            boards = R.dashboard_refresh(prom, fleet, main_end, hours) if args.dashboards else {}
         print(
             f"\n1. Instant queries at {len(fleet.osds)} OSDs: {len(times)} times, min of "
             f"{args.repeat} per time; machine: {machine}, load average "
@@ -436,13 +375,15 @@ def main() -> int:
                 "| dashboard | targets | no data | total ms | costliest panel | its ms |\n"
                 "|---|---|---|---|---|---|"
             )
-            for name, (total, worst, worst_s, queried, empty) in boards.items():
+            for name, r in boards.items():
                 print(
-                    f"| {name} | {queried} | {len(empty)} | {total * 1000:.0f} | {worst} "
-                    f"| {worst_s * 1000:.0f} |"
+                    f"| {name} | {r.queried} | {len(r.empty)} | {r.seconds * 1000:.0f} "
+                    f"| {r.worst} | {r.worst_seconds * 1000:.0f} |"
                 )
-            for name, (*_, empty) in boards.items():
-                print(f"no data in {name}: " + "; ".join(sorted(set(empty))))
+            for name, r in boards.items():
+                print(f"no data in {name}: " + "; ".join(sorted({t for t, _ in r.empty})))
+                if r.errors:
+                    print(f"errors in {name}: {r.errors}")
         if args.manager_seconds <= 0:
             return 0
         shutil.rmtree(work / "iq", ignore_errors=True)
