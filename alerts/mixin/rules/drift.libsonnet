@@ -26,7 +26,8 @@
           // exporter's tuning profile and THP; `fact` is the family's name. Left out:
           // nvme_controller_info (serial numbers differ on every host) and the families read
           // as labels above. Only hosts that run OSDs: the MON hosts are another kind of
-          // machine.
+          // machine. The OSDs' versions are grouped per host first: 630 series become 68
+          // before the label rewrites.
           {
             record: 'instance_fact:cephnode_fact_value:group',
             expr: |||
@@ -36,7 +37,7 @@
                   or label_replace(label_replace(cephnode_cpu_microcode_info, "fact", "cpu_microcode", "", ""), "value", "$1", "revision", "(.*)")
                   or label_replace(label_replace(cephnode_kernel_release_info, "fact", "kernel_release", "", ""), "value", "$1", "release", "(.*)")
                   or label_replace(label_replace(cephnode_tuned_profile_info, "fact", "tuned_profile", "", ""), "value", "$1", "profile", "(.*)")
-                  or label_replace(label_replace(cephnode_osd_info{version!=""}, "fact", "ceph_version", "", ""), "value", "$1", "version", "(.*)")
+                  or label_replace(label_replace(group by (%(clusterLabel)s, instance, version) (cephnode_osd_info{version!=""}), "fact", "ceph_version", "", ""), "value", "$1", "version", "(.*)")
                   or label_replace(label_replace(cephnode_nvme_scheduler_info, "fact", "nvme_scheduler:$1", "device", "(.*)"), "value", "$1", "scheduler", "(.*)")
                 )
                 or
@@ -57,8 +58,10 @@
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
             ||| % $._config,
           },
-          // OSD hosts per cluster, fact and value, and per cluster and fact (each host
-          // once, whatever its values).
+          // OSD hosts per cluster, fact and value, and per cluster and fact: the sum over the
+          // values, read from the few series of the first instead of the hosts' again (at
+          // 630 OSDs counting hosts per fact cost as much as the first rule). A host with two
+          // values of a fact (OSDs of two Ceph versions) counts once for each.
           {
             record: 'cluster_fact_value:cephnode_fact_nodes:count',
             expr: |||
@@ -68,9 +71,7 @@
           {
             record: 'cluster_fact:cephnode_fact_nodes:count',
             expr: |||
-              count by (%(clusterLabel)s, fact) (
-                group by (%(clusterLabel)s, fact, instance) (instance_fact:cephnode_fact_value:group)
-              )
+              sum by (%(clusterLabel)s, fact) (cluster_fact_value:cephnode_fact_nodes:count)
             ||| % $._config,
           },
           // The share of the cluster's OSD hosts reporting a fact that have each value, 0-1.
