@@ -153,15 +153,39 @@ def test_collector_exports_the_encryption(crypt_tree: Tree) -> None:
     ]
 
 
-def test_read_error_is_counted() -> None:
+def test_read_error_is_counted_and_unknown_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
     from cephnode_exporter.collectors.osd_encryption import read_encryption
     from cephnode_exporter.facts.osd import OSDFacts
 
-    facts = OSDFacts.__new__(OSDFacts)
-    facts.block = blockdev.OSDBlock("/dev/dm-9", (), "/nonexistent/dm-9-really")
-    facts.block_error = None
-    facts.block_note = None
+    def facts(sysdir: str) -> OSDFacts:
+        f = OSDFacts.__new__(OSDFacts)
+        f.socket = SimpleNamespace(path=str(tmp_path / "ceph-osd.9.asok"), ceph_daemon="osd.9")  # type: ignore[assignment]
+        f.block = blockdev.OSDBlock("/dev/dm-9", (), sysdir)
+        f.block_error = None
+        f.block_note = None
+        return f
+
+    # A plain disk (no dm/ directory, no slaves): none, no error, nothing logged.
     errors = ReadErrors()
-    found = read_encryption(facts, errors)
-    assert found.state == "none"  # no dm/ directory, no slaves: a plain disk
+    assert read_encryption(facts(str(tmp_path / "nvme0n1")), errors).state == "none"
     assert len(errors) == 0
+    # A mapping without a uuid: unknown, logged once, not an error.
+    nouuid = _dm(tmp_path, "dm-9", "")
+    with caplog.at_level("WARNING", logger="cephnode_exporter.collectors.osd_encryption"):
+        for _ in range(3):
+            assert read_encryption(facts(str(nouuid)), errors).state == "unknown"
+    assert len(errors) == 0
+    logged = [r for r in caplog.records if "encryption unknown" in r.getMessage()]
+    assert len(logged) == 1
+    # Its uuid file gone: a read error, counted each scrape, logged once more.
+    (nouuid / "dm/uuid").unlink()
+    with caplog.at_level("WARNING", logger="cephnode_exporter.collectors.osd_encryption"):
+        for _ in range(2):
+            assert read_encryption(facts(str(nouuid)), errors).state == "unknown"
+    assert len(errors) == 2
+    logged = [r for r in caplog.records if "encryption unknown" in r.getMessage()]
+    assert len(logged) == 2
