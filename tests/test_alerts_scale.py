@@ -70,6 +70,9 @@ class Replayed:
     exporter_down: int
     # Per dashboard file, its panels' queries over the main window (faulted fleet only).
     dashboards: dict[str, R.Refresh] = field(default_factory=dict)
+    # The encrypted hosts' median read mean over the plain OSDs' median, before the faults:
+    # what the outlier alerts would see without comparing encrypted OSDs among themselves.
+    encrypted_ratio: dict[str, float] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +137,29 @@ def replay(
         down = scalar(f'count(min_over_time(up{{job="{F.EXPORTER_JOB}"}}[{span}]) == 0)')
         hours = (main.steps - 1) * main.step_s / 3600
         boards = R.dashboard_refresh(prom, fleet, end, hours, all_range=True) if dashboards else {}
+        encrypted = encrypted_ratio(prom, main.start + (fleet.timeline.latency - 2) * 60)
     return Replayed(
-        fleet, scenario, timeline, peak / before, set(stats["names"]), context, down, boards
+        fleet,
+        scenario,
+        timeline,
+        peak / before,
+        set(stats["names"]),
+        context,
+        down,
+        boards,
+        encrypted_ratio=encrypted,
     )
+
+
+def encrypted_ratio(prom: R.Prometheus, at: float) -> dict[str, float]:
+    """Per encrypted host: the median of its OSDs' read means over the median of the
+    plain OSDs' (recorded ceph_daemon_op:...:mean_rate2m, at ``at``)."""
+    mean = "ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m"
+    query = (
+        f'quantile by (instance) (0.5, {mean}{{op="read", encrypted="true"}}) / scalar('
+        f'quantile(0.5, {mean}{{op="read", encrypted="false"}}))'
+    )
+    return {r["metric"]["instance"]: float(r["value"][1]) for r in prom.query(query, at)}
 
 
 @pytest.fixture(scope="module")
@@ -348,6 +371,25 @@ def test_load_swing_is_in_the_data(faulted: Replayed, clean: Replayed) -> None:
     # Prometheus, so "nothing else fires during the swing" is about a real swing.
     for run in (faulted, clean):
         assert run.swing_ratio > 2.0, run.swing_ratio
+
+
+def test_encrypted_hosts_are_compared_with_each_other(faulted: Replayed, clean: Replayed) -> None:
+    """The encrypted hosts' OSDs are 1.25x slower than the plain ones: against the plain
+    median they would be host outliers (ratio 1.2); compared with each other (the
+    `encrypted` grouping), no latency alert names them, in either fleet."""
+    hosts = {F.Host(h, "").instance for h in F.ENCRYPTED_HOSTS}
+    for run in (faulted, clean):
+        print(f"\nencrypted hosts over the plain median: {run.encrypted_ratio}")
+        assert set(run.encrypted_ratio) == hosts
+        assert max(run.encrypted_ratio.values()) >= 1.2, run.encrypted_ratio
+        assert min(run.encrypted_ratio.values()) >= 1.1, run.encrypted_ratio
+        named = {
+            lb["instance"]
+            for t in run.timeline.times
+            for name, lb in run.timeline.firing[t] + run.timeline.pending[t]
+            if "Latency" in name or "Outlier" in name
+        }
+        assert not named & hosts, sorted(named & hosts)
 
 
 def test_clean_fleet_fires_nothing(clean: Replayed) -> None:

@@ -609,11 +609,11 @@ def test_collector_on_recorded_osds(osd_tree: Tree, fake_node: FakeNode) -> None
 
 
 def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -> None:
-    """124 series per OSD with every debug level 0 (a tuned OSD), no ops in flight and
+    """125 series per OSD with every debug level 0 (a tuned OSD), no ops in flight and
     at least 1 op/s of each type and of each mean's events (so each has its p99 and its
     means); each non-zero debug subsystem adds one, each busy flag point one.
 
-    The BlueStore OSD's 124: 3 x 20 op latency histogram series (17 finite edges up to
+    The BlueStore OSD's 125: 3 x 20 op latency histogram series (17 finite edges up to
     6.5536 s, +Inf, _sum, _count) and 3 p99 gauges; 10 stage summaries x 2; the means
     over the window of the BlueStore commit, the 3 RocksDB stages and the CPU per op (5;
     the RocksDB stages have no summary, their six series paid for these);
@@ -622,12 +622,13 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     config_value x 6 (the _hdd/_ssd shard and thread options, memory target, complaint
     time; the plain shard/thread options are 0 = unset); scrape success and duration,
     info, op_queue_info (4); the process: cpu user/system, RSS, threads, two
-    context-switch kinds (6), allowed_cpus of the one NUMA node (1), device_info (1);
+    context-switch kinds (6), allowed_cpus of the one NUMA node (1), device_info (1),
+    encryption_info (1);
     the heartbeat pings' worst, mean and median on both networks (6).
     The room for the process came from ops_by_type (3 series equal to the histograms'
     _count), compact_queue_merge and the two unset options (dropped), and the allocator,
     a label of info; the p99 gauges' from the histograms' 13.1 s edge. The memstore
-    OSD's 104: no BlueStore summaries (-10) or means (-4), RocksDB counters and queue
+    OSD's 105: no BlueStore summaries (-10) or means (-4), RocksDB counters and queue
     gauge (-3), device (-1).
     The pooled per-host histograms (cephnode_osd_host_op_latency_seconds) carry no
     ceph_daemon: they are series per host, per op type and media (20 each), however
@@ -656,8 +657,9 @@ def test_series_per_osd_stay_under_budget(osd_tree: Tree, fake_node: FakeNode) -
     assert len(means) == 5
     heartbeat = [k for k in osd_series(c, "osd.3") if "_heartbeat_" in k[0]]
     assert len(heartbeat) == 6
-    assert len(osd_series(c, "osd.3")) == 124
-    assert len(osd_series(c, "osd.0")) == 104
+    # cephnode_osd_encryption_info included (none for osd.3's LV, unknown for memstore).
+    assert len(osd_series(c, "osd.3")) == 125
+    assert len(osd_series(c, "osd.0")) == 105
     results = {r.subject: r.status for r in c.results if r.check == "osd.debug_levels"}
     assert results == {"osd.0": "pass", "osd.3": "pass"}
 
@@ -1737,7 +1739,7 @@ def test_collector_kv_stats_off_empty_and_broken(
 def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeNode) -> None:
     """The budget of test_series_per_osd_stay_under_budget is for Ceph's defaults. With
     both statistics on, the BlueStore OSD gets 6 whole-DB counters and 4 per column
-    family Pacific dumps (the default one): 124 + 10 = 134 (docs/metrics.md)."""
+    family Pacific dumps (the default one): 125 + 10 = 135 (docs/metrics.md)."""
     config = payload("bluestore", "config show")
     for key, val in config.items():
         if key.startswith("debug_") and "/" in val:
@@ -1753,7 +1755,7 @@ def test_series_per_osd_with_rocksdb_statistics(osd_tree: Tree, fake_node: FakeN
     fake_node.add(3, recorded_osd("bluestore", replies))
     c = busy_collection([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD],
                         fake_node)  # fmt: skip
-    assert len(osd_series(c, "osd.3")) == 124 + 10
+    assert len(osd_series(c, "osd.3")) == 125 + 10
 
 
 # ----------------------------------------------------------------------------- config cache

@@ -22,6 +22,7 @@
 + (import 'alerts/laggy.libsonnet')
 + (import 'alerts/network.libsonnet')
 + (import 'alerts/exporter.libsonnet')
++ (import 'alerts/drift.libsonnet')
 + {
   prometheusAlerts+:: {
     groups: [

@@ -130,6 +130,29 @@
     heartbeatOutlierMinSeconds: 0.005,
     heartbeatOutlierFor: '5m',
 
+    // ---------------------------------------------------------------- fleet drift
+
+    // CephNodeFactDrift and its recording rules (cephnode.drift, cephnode.drift.alerts):
+    // facts change at reboots and upgrades, so 5 minutes is fine enough and a fifth of the
+    // 1-minute groups' cost.
+    driftRuleEvaluationInterval: '5m',
+    // A host's value is drift when at most this share of the cluster's OSD hosts have it
+    // (1 host from 10 hosts on, 6 of 63) ...
+    driftMaxShare: 0.1,
+    // ... while at least this share have one other value, the majority.
+    driftMinMajorityShare: 0.75,
+    // The number of hosts with the host's value unchanged for this long (and the value
+    // held an hour ago): a rolling upgrade moves a host at least this often.
+    driftSettle: '1h',
+    // Hold after that.
+    driftFor: '1h',
+    // A host's own series are read over this range: a reboot (a few missed scrapes) does
+    // not restart the hold.
+    driftGap: '15m',
+    // tuning_fact_hash facts not compared: serial numbers differ on every host, and the
+    // families the rule reads as labels (their value, not a hash, is named).
+    driftHashExcluded: 'nvme_controller_info|bios_info|cpu_microcode_info|kernel_release_info|tuned_profile_info|osd_info',
+
     // ---------------------------------------------------------------- the exporter
 
     exporterDownFor: '5m',

@@ -22,3 +22,4 @@
 + (import 'rules/cluster.libsonnet')
 + (import 'rules/node.libsonnet')
 + (import 'rules/network.libsonnet')
++ (import 'rules/drift.libsonnet')

@@ -63,6 +63,9 @@ Faults (``Faults``; each chronic unless said, i.e. also present a week ago):
   30 s complaint time: no slow ops). Those ops raise the p99 of the OSDs that are primary
   for the laggy PGs for 7 minutes plus the 5-minute rate window, less than the latency
   alerts' 15-minute ``for``, so only the laggy-PG alerts may fire.
+- not a fault: the OSDs of ``ENCRYPTED_HOSTS`` run on dm-crypt, 1.25x slower, in every
+  fleet (faulted, operations, clean): the rules compare them with each other, so none of
+  them may be named.
 - ``debug``: every OSD of a host gets ``debug_osd 20/20`` at minute 10 of the main window
   (not last week): CPU per op +30 %, latency +8 %.
 - ``network_host``, ``network_osd``: a host's cluster-network link, and one OSD of
@@ -171,6 +174,14 @@ HOST_QUANTILES = (0.5, 0.99)
 
 # PG states the mgr exports per pool that the fleet's operations and reboots set.
 MGR_PG_STATES = ("recovering", "recovery_wait", "backfilling", "backfill_wait", "degraded")
+
+# Hosts whose OSDs are on dm-crypt (ceph-volume --dmcrypt), in every fleet mode: their
+# ops are 1.25 times slower with nothing wrong (the reference cluster's reads: 1 TiB/s,
+# about 750 GiB/s encrypted; DOMAIN.md section 1), and the rules compare them with each
+# other (alerts/README.md, "Encrypted OSDs"). Three hosts, so that their own fleet median
+# is one of ~28 OSDs.
+ENCRYPTED_HOSTS = ("ceph-osd-r6615-02", "ceph-osd-r6615-03", "ceph-osd-r6615-04")
+ENCRYPTED_SLOWDOWN = 1.25
 
 SWING_PEAK_OPS = 2.5
 SWING_PEAK_LATENCY = 1.7
@@ -435,6 +446,7 @@ SYNTHETIC = frozenset(
         "cephnode_osd_pgs",
         "cephnode_osd_info",
         "cephnode_osd_device_info",
+        "cephnode_osd_encryption_info",
         "cephnode_osd_slow_ops",
         "cephnode_osd_slow_ops_by_flag_point",
         "cephnode_osd_ops_in_flight",
@@ -1426,6 +1438,8 @@ class Generator:
                 f *= 1.06
             if rocksdb_build:
                 f *= 1.15  # RocksDB's CPU time is on the op path
+            if host.name in ENCRYPTED_HOSTS:
+                f *= ENCRYPTED_SLOWDOWN
             if onset[i] and osd.id == faults.slow_osd:
                 f *= 3.0
             if onset[i] and host.name == faults.slow_host:
@@ -1601,6 +1615,17 @@ class Generator:
             w.write(
                 "cephnode_osd_device_info",
                 {"device": osd.device, "controller": osd.controller, **d},
+                [1.0] * n,
+            )
+        if self.want("cephnode_osd_encryption_info"):
+            crypt = host.name in ENCRYPTED_HOSTS
+            w.write(
+                "cephnode_osd_encryption_info",
+                {
+                    "encryption": "dm-crypt" if crypt else "none",
+                    "format": "LUKS2" if crypt else "",
+                    **d,
+                },
                 [1.0] * n,
             )
         if self.want_any(

@@ -134,7 +134,7 @@ local fold = text.fold;
               (
                 ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m >= %(osdLatencyOutlierMinSeconds)g
               )
-              / on (%(clusterLabel)s, device_class, op) group_left
+              / on (%(clusterLabel)s, device_class, encrypted, op) group_left
               cluster_device_class_op:cephnode_osd_op_latency_seconds:quantile_ceph_daemon_mean_rate2m
               >= %(osdLatencyOutlierFactor)g
               unless on (%(clusterLabel)s, instance) instance:cephnode_tuning_latency_cause:max10m
@@ -156,7 +156,7 @@ local fold = text.fold;
               description: fold(|||
                 The mean {{ $labels.op }} latency of {{ $labels.ceph_daemon }} on
                 {{ $labels.instance }} is {{ printf "%%.2f" $value }} times the median of the
-                {{ $labels.device_class }} OSDs of cluster {{ $labels.%(clusterLabel)s }}.
+                {{ $labels.device_class }} OSDs{{ if eq $labels.encrypted "true" }} on dm-crypt{{ end }} of cluster {{ $labels.%(clusterLabel)s }}.
               ||| % $._config),
             },
           },
@@ -173,7 +173,7 @@ local fold = text.fold;
               description: fold(|||
                 The mean {{ $labels.op }} latency of {{ $labels.ceph_daemon }} on
                 {{ $labels.instance }} is {{ printf "%%.2f" $value }} times the median of the
-                {{ $labels.device_class }} OSDs of cluster {{ $labels.%(clusterLabel)s }}, while the
+                {{ $labels.device_class }} OSDs{{ if eq $labels.encrypted "true" }} on dm-crypt{{ end }} of cluster {{ $labels.%(clusterLabel)s }}, while the
                 cluster has {{ $labels.context }}: not a ticket unless it outlasts that.
               ||| % $._config),
             },
@@ -206,7 +206,7 @@ local fold = text.fold;
               description: fold(|||
                 The median {{ $labels.op }} latency of the {{ $labels.device_class }} OSDs on
                 {{ $labels.instance }} is {{ printf "%%.2f" $value }} times the median of all
-                {{ $labels.device_class }} OSDs of cluster {{ $labels.%(clusterLabel)s }}, and no
+                {{ $labels.device_class }} OSDs{{ if eq $labels.encrypted "true" }} on dm-crypt{{ end }} of cluster {{ $labels.%(clusterLabel)s }}, and no
                 tuning check of the host explains it.
               ||| % $._config),
             },
@@ -224,7 +224,7 @@ local fold = text.fold;
               description: fold(|||
                 The median {{ $labels.op }} latency of the {{ $labels.device_class }} OSDs on
                 {{ $labels.instance }} is {{ printf "%%.2f" $value }} times the median of all
-                {{ $labels.device_class }} OSDs of cluster {{ $labels.%(clusterLabel)s }}, while the
+                {{ $labels.device_class }} OSDs{{ if eq $labels.encrypted "true" }} on dm-crypt{{ end }} of cluster {{ $labels.%(clusterLabel)s }}, while the
                 cluster has {{ $labels.context }}: not a ticket unless it outlasts that.
               ||| % $._config),
             },

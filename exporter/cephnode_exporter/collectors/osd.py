@@ -80,6 +80,7 @@ from cephnode_exporter.collectors.base import (
     bounded,
     register,
 )
+from cephnode_exporter.collectors.osd_encryption import encryption_metrics, read_encryption
 from cephnode_exporter.collectors.osd_latency import OSDLatency
 from cephnode_exporter.collectors.osd_metrics import build_metrics, dropped_metrics
 from cephnode_exporter.collectors.osd_query import ConfigCache, parse_replies, query_task
@@ -369,6 +370,8 @@ class OSDCollector(Collector):
         else:
             self._find_block(facts, data_dirs, errors)
         facts.media = self._media(facts, errors)
+        # dm-crypt under the block device: collectors/osd_encryption.py.
+        facts.encryption = read_encryption(facts, errors)
 
     def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         # Read once per OSD process, as _media: kept in its ProcessState unless it failed.
@@ -510,4 +513,4 @@ class OSDCollector(Collector):
             facts.latency_window,
             facts.host_cpu_per_op,
         )
-        return [*families, *dropped_metrics(facts)]
+        return [*families, *dropped_metrics(facts), *encryption_metrics(facts.osds)]

@@ -9,6 +9,7 @@ from cephnode_exporter.ceph.discovery import LIMIT, Dropped, OSDSocket
 from cephnode_exporter.ceph.network import NetworkPings
 from cephnode_exporter.hostfs import ReadErrors
 from cephnode_exporter.hostfs.blockdev import OSDBlock
+from cephnode_exporter.hostfs.dmcrypt import Encryption
 from cephnode_exporter.hostfs.process import ProcessSample
 
 # Seconds of reads behind each OSD's exported p99: 300 s is the rate(...[5m]) the
@@ -46,6 +47,7 @@ class OSDFacts:
     block_note: str | None = None
     block_error: str | None = None
     media: str = "unknown"  # the data disk's kind (hostfs/blockdev.py block_media)
+    encryption: Encryption | None = None  # dm-crypt under the block (hostfs/dmcrypt.py)
     # op -> its LATENCY_QUANTILE over the window; only ops with enough ops per second.
     latency_quantiles: dict[str, float] = field(default_factory=dict)
     # MEAN_AVGS key -> its mean over the window; only those with enough events per second.

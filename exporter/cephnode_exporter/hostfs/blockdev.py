@@ -31,7 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import HostFS, ParseError, read_int, read_text
 from cephnode_exporter.hostfs.names import CONTROLLER_RE, natural_key
@@ -62,10 +62,12 @@ class Disk:
 
 @dataclass(frozen=True)
 class OSDBlock:
-    """The ``block`` link's target (in the host's tree) and the disks below it."""
+    """The ``block`` link's target (in the host's tree), the disks below it, and the
+    target's own sysfs directory (what hostfs/dmcrypt.py walks)."""
 
     target: str
     disks: tuple[Disk, ...]
+    sysdir: str = field(default="", compare=False)
 
 
 def resolve_in_root(root: str, path: str) -> str:
@@ -199,7 +201,7 @@ def find_osd_block(fs: HostFS, osd_data: str) -> OSDBlock:
                 tuple(_numa_node(fs, c) for c in controllers),
             )
         )
-    return OSDBlock(shown, tuple(disks))
+    return OSDBlock(shown, tuple(disks), device)
 
 
 # The kinds of an OSD's main data device, as Ceph's own default CRUSH device class names
