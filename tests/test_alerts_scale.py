@@ -434,6 +434,9 @@ NO_FLEET_DATA = {
     ("cephnode-node.json", "Ports: driver, bond, NUMA node, MTU and speed"): (
         "node_exporter's series (another job) are not generated"
     ),
+    ("cephnode-node.json", "OSD resident memory against osd_memory_target"): (
+        "the generator makes no OSD memory or config option series"
+    ),
     ("cephnode-node.json", "Top spin-lock callers"): ("the fleet's first host runs no kprofile"),
     ("cephnode-fleet.json", "Failing collectors"): "no collector fails in the fleet",
     ("cephnode-fleet.json", "OSD sockets not answering"): "every socket answers",

@@ -126,6 +126,9 @@ class ReleaseOSD:
                 # Keep the scrape to the replies recorded here (no kv stats).
                 data["rocksdb_perf"] = "false"
             self.replies[command] = json.dumps(data).encode()
+        # The heartbeat pings, recorded apart (network/): the OSD at rest.
+        network = RELEASE_DIRS[release] / "network" / f"{kind}.dump_osd_network.rest.json"
+        self.replies["dump_osd_network"] = network.read_bytes()
 
     def __call__(self, conn: Any, request: bytes, stop: Any) -> None:
         if not request:
