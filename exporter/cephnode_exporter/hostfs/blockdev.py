@@ -131,21 +131,28 @@ def _sys_device(fs: HostFS, target: str) -> str | None:
     return os.path.realpath(candidate) if os.path.exists(candidate) else None
 
 
-def _leaves(path: str, depth: int = 0) -> list[str]:
-    """The whole disks a block device is built on (itself if it is one)."""
-    if depth > MAX_DEPTH:
-        raise OSError(errno.ELOOP, "device-mapper stack deeper than 8 levels", path)
+def lower_devices(path: str) -> list[str]:
+    """The sysfs directories of the devices a block device is stacked on (its ``slaves``,
+    Documentation/ABI/stable/sysfs-block), in natural order; none for a plain disk."""
     slaves = os.path.join(path, "slaves")
     try:
         names = sorted(os.listdir(slaves), key=natural_key)
     except FileNotFoundError:
-        names = []
+        return []
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, slaves) from None
-    if names:
+    return [os.path.realpath(os.path.join(slaves, name)) for name in names]
+
+
+def _leaves(path: str, depth: int = 0) -> list[str]:
+    """The whole disks a block device is built on (itself if it is one)."""
+    if depth > MAX_DEPTH:
+        raise OSError(errno.ELOOP, "device-mapper stack deeper than 8 levels", path)
+    lower = lower_devices(path)
+    if lower:
         out: list[str] = []
-        for name in names:
-            for leaf in _leaves(os.path.realpath(os.path.join(slaves, name)), depth + 1):
+        for dev in lower:
+            for leaf in _leaves(dev, depth + 1):
                 if leaf not in out:
                     out.append(leaf)
         return out

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 
 from cephnode_exporter.hostfs import ParseError, read_text
-from cephnode_exporter.hostfs.names import natural_key
+from cephnode_exporter.hostfs.blockdev import MAX_DEPTH, lower_devices
 
 # The states of cephnode_osd_encryption_info's `encryption` label.
 DM_CRYPT = "dm-crypt"
@@ -46,8 +46,6 @@ NOT_CRYPT_TYPES = frozenset({"VERITY", "INTEGRITY", "SUBDEV"})
 # Other creators' prefixes: LVM2 (UUID_PREFIX "LVM-"), multipath-tools ("mpath-"),
 # kpartx ("part<N>-").
 PLAIN_PREFIXES = ("LVM-", "mpath-", "part")
-# dm on dm: the same bound as blockdev.MAX_DEPTH.
-MAX_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -106,15 +104,8 @@ def _walk(path: str, depth: int) -> list[tuple[str, str, str, str]]:
         uuid = read_text(os.path.join(path, "dm", "uuid")).strip()
         state, fmt = classify_uuid(uuid)
         out.append((os.path.basename(path), state, fmt, uuid))
-    slaves = os.path.join(path, "slaves")
-    try:
-        names = sorted(os.listdir(slaves), key=natural_key)
-    except FileNotFoundError:
-        names = []
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, slaves) from None
-    for name in names:
-        out.extend(_walk(os.path.realpath(os.path.join(slaves, name)), depth + 1))
+    for dev in lower_devices(path):
+        out.extend(_walk(dev, depth + 1))
     return out
 
 
