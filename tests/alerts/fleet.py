@@ -29,7 +29,8 @@ Where the values come from:
   pooled histogram are computed from these histograms by the exporter's own code
   (cephnode_exporter.ceph.latency), read by read, as a node's exporter would.
 - **kprofile and PG series are modelled** to match docs/metrics.md and
-  docs/kprofile.md (49 Hz x 5 s x 96 CPUs = 23,520 samples a window, one window a minute;
+  docs/kprofile.md (the collector's defaults: 49 Hz x 2 s x 96 CPUs = 9,408 samples a
+  window, one window a minute;
   a check result that follows the same ratio as ``kernel.spinlock_iommu`` does).
 - **The mgr's series** (``ceph_osd_metadata``, ``ceph_pg_laggy``/``ceph_pg_wait`` per
   pool) have the labels the Pacific mgr prometheus module exports (recorded from the test
@@ -92,6 +93,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from cephnode_exporter.kprofile.perf import PerfConfig
 
 from tests.alerts import fleet_network
 
@@ -1175,7 +1178,9 @@ class Generator:
         )
         if not self.want_any(*metrics):
             return
-        per_window = 49 * 5 * 96
+        # The collector's defaults: samples per CPU and window, seconds sampled a window.
+        window_s = PerfConfig().duration
+        per_window = round(PerfConfig().frequency * window_s * 96)
         classes = ("idle", "user", "kernel", "spinlock", "spinlock_iommu", "iommu")
         kinds = self.kind_at[host.name]
         starts = self.exp_starts[host.name]
@@ -1224,10 +1229,10 @@ class Generator:
                 for c in classes:
                     acc[c] += window_counts[c] * (steps if steps > 1 else 1)
                 win_n += steps
-                sec += 5.0 * steps
+                sec += window_s * steps
                 cur_ratio = spin_iommu / busy_n if busy_n else 0.0
                 cur_non_idle = float(busy_n)
-                cur_end = float(window * 60 + 5)
+                cur_end = float(window * 60 + window_s)
             for c in classes:
                 counts[c].append(acc[c])
             ratio.append(cur_ratio)
