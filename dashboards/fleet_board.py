@@ -235,9 +235,11 @@ def fleet() -> dict[str, Any]:
                 [
                     target("cephnode_osd_host_cpu_seconds_per_op{<FLEET>}", "{{instance}}"),
                     target(
-                        "cluster_device_class:cephnode_osd_cpu_seconds_per_op:"
-                        'quantile_ceph_daemon_rate5m{<FLEET>, device_class=~"$device_class",'
-                        ' quantile="0.5"}',
+                        "quantile by (cluster, device_class) (0.5, "
+                        "cephnode_osd_cpu_seconds_per_op{<FLEET>} "
+                        "* on (cluster, ceph_daemon) group_left (device_class) "
+                        "ceph_daemon_device_class:ceph_osd_metadata:group"
+                        '{<FLEET>, device_class=~"$device_class"})',
                         "fleet median per OSD ({{device_class}})",
                     ),
                 ],

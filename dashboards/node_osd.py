@@ -190,7 +190,7 @@ def heartbeat_panel() -> Panel:
         "Heartbeat pings per OSD",
         "Each OSD's median (solid) and worst (dashed) ping to its heartbeat peers, per "
         "network (back: cluster, front: public), over the peers' 1-minute averages "
-        "(dump_osd_network), against the fleet median of the OSDs' median (white, dashed; "
+        "(dump_osd_network), against the fleet median of the hosts' medians (white, dashed; "
         "CephNodeHeartbeatPingOutlier compares with it). Every OSD of the node up: its "
         "network; one OSD: its messenger or address; only the worst up: a slow peer "
         "elsewhere.",
@@ -204,7 +204,7 @@ def heartbeat_panel() -> Panel:
                 "{{ceph_daemon}} {{interface}} worst",
             ),
             target(
-                "cluster:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon"
+                "cluster:cephnode_osd_host_heartbeat_ping_median_seconds:quantile_instance"
                 '{cluster="$cluster"}',
                 "fleet median",
             ),
@@ -256,17 +256,17 @@ def osd_state_row() -> Row:
             ),
             timeseries(
                 "OSD CPU per op",
-                "CPU seconds each OSD process spends per client op it serves (recorded), "
-                "against the fleet median (white, dashed). Higher than the fleet: debug logging "
-                "(see the table beside), an unoptimised RocksDB, or spin-lock contention.",
+                "CPU seconds each OSD process spends per client op it serves (the "
+                "exporter's, over its latency window), against the fleet median of its device "
+                "class (white, dashed). Higher than the fleet: debug logging (see the table "
+                "beside), an unoptimised RocksDB, or spin-lock contention.",
                 [
+                    target("cephnode_osd_cpu_seconds_per_op{<OSDS>}", "{{ceph_daemon}}"),
                     target(
-                        "ceph_daemon:cephnode_osd_cpu_seconds_per_op:rate5m{<OSDS>}",
-                        "{{ceph_daemon}}",
-                    ),
-                    target(
-                        "cluster_device_class:cephnode_osd_cpu_seconds_per_op:"
-                        'quantile_ceph_daemon_rate5m{cluster="$cluster", quantile="0.5"}',
+                        "quantile by (device_class) (0.5, "
+                        'cephnode_osd_cpu_seconds_per_op{cluster="$cluster"} '
+                        "* on (cluster, ceph_daemon) group_left (device_class) "
+                        'ceph_daemon_device_class:ceph_osd_metadata:group{cluster="$cluster"})',
                         "fleet median ({{device_class}})",
                     ),
                 ],

@@ -124,7 +124,9 @@
     // ---------------------------------------------------------------- heartbeat pings
 
     // CephNodeHeartbeatPingOutlier: an OSD's median heartbeat ping (the larger of its two
-    // networks), or the median of a host's OSDs, against the fleet's median, and a floor.
+    // networks), or the median of a host's OSDs, against the fleet's median (the median of
+    // the hosts' medians, from at least this many hosts), and a floor.
+    heartbeatFleetMinHosts: 3,
     osdHeartbeatOutlierFactor: 3,
     hostHeartbeatOutlierFactor: 3,
     heartbeatOutlierMinSeconds: 0.005,

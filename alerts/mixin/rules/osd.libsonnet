@@ -41,17 +41,21 @@
           // OSDs are compared with encrypted ones (alerts/README.md, "Encrypted OSDs"). An OSD
           // whose encryption is unknown (no block device of its own, an unreadable uuid) or
           // not exported (an older exporter) counts as not encrypted: every OSD of the
-          // device-class rule above has a value, so none drops out of the comparisons.
+          // device-class rule above has a value, so none drops out of the comparisons. The
+          // series carry the device class and host too, so the per-OSD means below join
+          // one series per OSD, not two (a join of the 1,260 means costs about 4 ms).
           {
             record: 'ceph_daemon:cephnode_osd_encryption:group',
             expr: |||
               label_replace(
-                group by (%(clusterLabel)s, ceph_daemon) (cephnode_osd_encryption_info{encryption="dm-crypt"}),
+                ceph_daemon_device_class:ceph_osd_metadata:group
+                and on (%(clusterLabel)s, ceph_daemon)
+                cephnode_osd_encryption_info{encryption="dm-crypt"},
                 "encrypted", "true", "", ""
               )
               or on (%(clusterLabel)s, ceph_daemon)
               label_replace(
-                group by (%(clusterLabel)s, ceph_daemon) (ceph_daemon_device_class:ceph_osd_metadata:group),
+                ceph_daemon_device_class:ceph_osd_metadata:group,
                 "encrypted", "false", "", ""
               )
             ||| % $._config,
@@ -136,12 +140,22 @@
                 rate(cephnode_osd_op_latency_seconds_sum{op=~"read|write"}[2m])
                 / (rate(cephnode_osd_op_latency_seconds_count{op=~"read|write"}[2m]) >= %(latencyMinOpsPerSecond)g)
               )
-              * on (%(clusterLabel)s, ceph_daemon) group_left (device_class)
-              ceph_daemon_device_class:ceph_osd_metadata:group
-              * on (%(clusterLabel)s, ceph_daemon) group_left (encrypted)
+              * on (%(clusterLabel)s, ceph_daemon) group_left (device_class, encrypted)
               ceph_daemon:cephnode_osd_encryption:group
               unless on (%(clusterLabel)s, ceph_daemon)
               (max_over_time(ceph_daemon:cephnode_osd_laggy_pgs_primary:sum[10m]) > 0)
+            ||| % $._config,
+          },
+          // How many of a host's OSDs have a mean, per device class, encryption and op: the
+          // host median's minimum below, and summed over the hosts, the fleet median's. One
+          // count of the 1,260 means instead of one in each median (each read of them costs
+          // about 4 ms at 630 OSDs).
+          {
+            record: 'instance_device_class_op:cephnode_osd_op_latency_seconds:count_ceph_daemon_mean_rate2m',
+            expr: |||
+              count by (%(clusterLabel)s, instance, device_class, encrypted, op) (
+                ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m
+              )
             ||| % $._config,
           },
           // Fleet median of those means per device class, encryption and op type (at least 5
@@ -154,8 +168,8 @@
                 ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m
               )
               and on (%(clusterLabel)s, device_class, encrypted, op)
-              count by (%(clusterLabel)s, device_class, encrypted, op) (
-                ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m
+              sum by (%(clusterLabel)s, device_class, encrypted, op) (
+                instance_device_class_op:cephnode_osd_op_latency_seconds:count_ceph_daemon_mean_rate2m
               ) >= %(fleetMedianMinOSDs)g
             ||| % $._config,
             labels: { quantile: '0.5' },
@@ -175,9 +189,8 @@
                   ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m
                 )
                 and on (%(clusterLabel)s, instance, device_class, encrypted, op)
-                count by (%(clusterLabel)s, instance, device_class, encrypted, op) (
-                  ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m
-                ) >= %(hostMedianMinOSDs)g
+                instance_device_class_op:cephnode_osd_op_latency_seconds:count_ceph_daemon_mean_rate2m
+                >= %(hostMedianMinOSDs)g
               )
               / on (%(clusterLabel)s, device_class, encrypted, op) group_left
               cluster_device_class_op:cephnode_osd_op_latency_seconds:quantile_ceph_daemon_mean_rate2m
@@ -187,7 +200,10 @@
           // Means per OSD from the exporter, over its window as the p99 (5 minutes by default,
           // --collector.osd.latency-window), with the device class joined: one gauge per OSD
           // and signal instead of rate() of two counters (docs/ceph.md, metrics.md). The
-          // `mean5m` and `rate5m` names keep the default window.
+          // `mean5m` names keep the default window. The OSDs' CPU seconds per op
+          // (cephnode_osd_cpu_seconds_per_op) are not recorded with their class: no alert
+          // reads them, and 630 series and a fleet median written a minute for two panels
+          // cost about 7 ms an evaluation; the panels join the class when they are shown.
           //
           // BlueStore commit latency (absent below 1 commit/s), and its fleet median per
           // device class.
@@ -237,31 +253,6 @@
               and on (%(clusterLabel)s, device_class, stage)
               count by (%(clusterLabel)s, device_class, stage) (
                 ceph_daemon_stage:cephnode_osd_rocksdb_latency_seconds:mean5m
-              ) >= %(fleetMedianMinOSDs)g
-            ||| % $._config,
-            labels: { quantile: '0.5' },
-          },
-          // CPU seconds (user + system) an OSD process spends per client op it serves as
-          // primary (replica work is in the numerator, not the denominator; absent below 1
-          // op/s). An unoptimised RocksDB build or debug logging raises it on every op. The
-          // host's figure is the exporter's cephnode_osd_host_cpu_seconds_per_op.
-          {
-            record: 'ceph_daemon:cephnode_osd_cpu_seconds_per_op:rate5m',
-            expr: |||
-              cephnode_osd_cpu_seconds_per_op
-              * on (%(clusterLabel)s, ceph_daemon) group_left (device_class, job)
-              ceph_daemon_device_class:ceph_osd_metadata:group
-            ||| % $._config,
-          },
-          {
-            record: 'cluster_device_class:cephnode_osd_cpu_seconds_per_op:quantile_ceph_daemon_rate5m',
-            expr: |||
-              quantile by (%(clusterLabel)s, device_class) (0.5,
-                ceph_daemon:cephnode_osd_cpu_seconds_per_op:rate5m
-              )
-              and on (%(clusterLabel)s, device_class)
-              count by (%(clusterLabel)s, device_class) (
-                ceph_daemon:cephnode_osd_cpu_seconds_per_op:rate5m
               ) >= %(fleetMedianMinOSDs)g
             ||| % $._config,
             labels: { quantile: '0.5' },
