@@ -1842,18 +1842,14 @@ class _ScriptedSocket:
         return self.pid
 
 
-def test_a_restarted_osd_is_asked_for_its_config_at_once(tmp_path: Path) -> None:
+def test_a_restarted_osd_is_asked_for_its_config_at_once() -> None:
     """The cache is keyed by the socket's peer pid: a new pid (restart) refetches within
     the interval; an invisible pid (None) relies on the interval alone."""
-    from cephnode_exporter.hostfs.process import ProcessState
-
-    fs = HostFS(sysfs=str(tmp_path), procfs=str(tmp_path), rootfs=str(tmp_path))
     cache = osd_query.ConfigCache()
 
     def scrape(pid: int | None, interval: float = 60) -> list[str]:
         sock = _ScriptedSocket(pid)
-        replies = osd_query._query(sock, time.monotonic() + 5, fs, ProcessState(), cache,
-                                       interval)  # type: ignore[arg-type]  # fmt: skip
+        replies = osd_query._query(sock, time.monotonic() + 5, cache, interval)  # type: ignore[arg-type]
         facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
         osd_query.parse_replies(facts, replies)
         assert facts.version == "16.2.15" and facts.config is not None
