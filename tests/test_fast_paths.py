@@ -174,6 +174,20 @@ def test_thread_counts_agree_with_parse_status() -> None:
             w.join()
 
 
+def test_thread_counts_of_a_status_in_another_order() -> None:
+    """The one search expects the lines in fs/proc/array.c's order; a status printed in
+    another order (switches before the allowed CPUs) gives the same values through the
+    separate searches."""
+    data = Path("/proc/self/status").read_bytes()
+    lines = data.split(b"\n")
+    switches = [ln for ln in lines if b"voluntary_ctxt_switches:" in ln]
+    others = [ln for ln in lines if b"voluntary_ctxt_switches:" not in ln]
+    moved = b"\n".join([others[0], *switches, *others[1:]])
+    slow = parse_status(moved.decode())
+    assert _thread_counts(moved) == (slow.voluntary, slow.involuntary, slow.cpus_allowed)
+    assert _thread_counts(moved) == _thread_counts(data)
+
+
 @pytest.mark.parametrize(
     "edit",
     [
