@@ -719,6 +719,27 @@ def test_hung_and_broken_osds_are_reported_as_themselves(
         scraper.close()
 
 
+@pytest.mark.parametrize("command", ["perf histogram dump", "perf dump", "dump_ops_in_flight"])
+def test_a_reply_that_is_no_json_fails_that_osd_as_decode(
+    node_trees: dict[str, Tree],
+    fake_node: FakeNode,
+    caplog: pytest.LogCaptureFixture,
+    command: str,
+) -> None:
+    """The replies asked every scrape are decoded after the round, in the collector's
+    thread: a reply that is no JSON still fails only its OSD, with reason decode."""
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(4, recorded_osd("bluestore", {command: b'{"osd": [1, 2'}))
+    tree = node_trees["epyc9454p-tuned"]
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.0") == 1
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.4") == 0
+    failures = [r for r in caplog.records if r.getMessage() == "OSD admin socket query failed"]
+    assert [(r.kv["ceph_daemon"], r.kv["reason"]) for r in failures] == [("osd.4", "decode")]  # type: ignore[attr-defined]
+    assert repr(command) in failures[0].kv["err"]  # type: ignore[attr-defined]
+
+
 def test_sockets_come_and_go(node_trees: dict[str, Tree], fake_node: FakeNode) -> None:
     tree = node_trees["epyc9454p-tuned"]
     flags = [*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
@@ -1822,6 +1843,8 @@ class _ScriptedSocket:
     """Stands in for AdminSocket in :func:`osd_query._query`: answers from the
     recorded payloads and reports the peer pid it is told."""
 
+    path = "/scripted/ceph-osd.3.asok"
+
     def __init__(self, pid: int | None) -> None:
         self.asked: list[str] = []
         self.pid = pid
@@ -1834,9 +1857,11 @@ class _ScriptedSocket:
             return json.loads(network_reply("bluestore"))
         return payload("bluestore", prefix)
 
-    def raw(self, prefix: str, **_: Any) -> bytes:
-        self.asked.append(prefix)
-        return b""
+    def raw(self, prefix: str, **args: Any) -> bytes:
+        if prefix == "dump_objectstore_kv_stats":
+            self.asked.append(prefix)
+            return b""  # the statistics off
+        return json.dumps(self.command(prefix, **args)).encode()
 
     def seen_peer_pid(self, **_: Any) -> int | None:
         return self.pid

@@ -280,6 +280,16 @@ def parse_json(payload: bytes, path: str = "", prefix: str = "") -> Any:
         raise AsokDecodeError(path, prefix, f"reply is not valid JSON: {exc}") from None
 
 
+def decode_reply(payload: bytes, path: str = "", prefix: str = "") -> Any:
+    """A JSON command's reply as :meth:`AdminSocket.command` returns it: None when empty
+    (some commands answer nothing when there is nothing to report), else the parsed
+    JSON. For a caller that takes the payload with :meth:`AdminSocket.raw` in one thread
+    and decodes it in another (collectors/osd_query.py)."""
+    if not payload.strip():
+        return None
+    return parse_json(payload, path, prefix)
+
+
 # ----------------------------------------------------------------------------- client
 
 _locks: dict[str, threading.Lock] = {}
@@ -337,9 +347,7 @@ class AdminSocket:
                 return payload.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise AsokDecodeError(self.path, prefix, f"not UTF-8 (byte {exc.start})") from None
-        if not payload.strip():
-            return None
-        return parse_json(payload, self.path, prefix)
+        return decode_reply(payload, self.path, prefix)
 
     def raw(self, prefix: str, *, deadline: float | None = None, **args: object) -> bytes:
         """Run an allowlisted command; the reply payload as bytes (``ERROR:`` raises)."""

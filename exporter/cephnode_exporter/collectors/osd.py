@@ -62,7 +62,7 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from cephnode_exporter.ceph import perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokStale
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     Answer,
@@ -318,6 +318,8 @@ class OSDCollector(Collector):
                 except perf.PerfParseError as exc:
                     facts.error = f"{s.path}: {exc}"
                     facts.reason = "parse"
+                except AsokError as exc:  # a reply that is no JSON, decoded here
+                    facts.error, facts.reason = str(exc), exc.reason
                 else:
                     self._host_facts(facts, numa_nodes, errors)
             self._note(facts)
