@@ -100,6 +100,7 @@ from cephnode_exporter.facts.osd import (
 )
 from cephnode_exporter.hostfs import AttrFiles, ParseError, ReadErrors, fd_budget
 from cephnode_exporter.hostfs.blockdev import NoDevice, block_media, find_osd_block
+from cephnode_exporter.hostfs.dmcrypt import Encryption
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
 from cephnode_exporter.hostfs.process import THREAD_FD_SHARE, ProcessState
 from cephnode_exporter.logs import kv
@@ -402,7 +403,19 @@ class OSDCollector(Collector):
             self._find_block(facts, data_dirs, errors)
         facts.media = self._media(facts, errors)
         # dm-crypt under the block device: collectors/osd_encryption.py.
-        facts.encryption = read_encryption(facts, errors)
+        facts.encryption = self._encryption(facts, errors)
+
+    def _encryption(self, facts: OSDFacts, errors: ReadErrors) -> Encryption:
+        """The dm-crypt walk under the OSD's block device, once per OSD process like
+        _media (kept in its ProcessState unless the walk met a read error or the block
+        device was not found cleanly)."""
+        state = self._proc_states.get(facts.socket.path) if facts.process is not None else None
+        if state is not None and state.encryption is not None and state.block is not None:
+            return state.encryption
+        found = read_encryption(facts, errors)
+        if state is not None and found.error is None and state.block is not None:
+            state.encryption = found
+        return found
 
     def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         # Read once per OSD process, as _media: kept in its ProcessState unless it failed.

@@ -47,6 +47,7 @@ from cephnode_exporter.hostfs import (
     read_bytes,
 )
 from cephnode_exporter.hostfs.blockdev import OSDBlock
+from cephnode_exporter.hostfs.dmcrypt import Encryption
 
 # Clock ticks per second of /proc/<pid>/stat's times (USER_HZ; 100 on every Linux arch
 # that matters, but the kernel ABI says to ask).
@@ -371,7 +372,9 @@ class ProcessState:
     change while the process runs; so is ``media``, the kind of the OSD's data disk
     (hostfs/blockdev.py ``block_media``), which the ``osd`` collector sets, and
     ``block``, its data directories and what ``find_osd_block`` found under them (the
-    device a running OSD has open does not change under it).
+    device a running OSD has open does not change under it), and ``encryption``, the
+    dm-crypt walk under that device (hostfs/dmcrypt.py; a device-mapper uuid is set
+    once, when its creator makes the mapping, and an open device is not torn down).
     """
 
     key: tuple[int, int] | None = None
@@ -380,6 +383,7 @@ class ProcessState:
     allocator: str | None = None
     media: str | None = None
     block: tuple[tuple[str, ...], OSDBlock | None, str | None] | None = None
+    encryption: Encryption | None = None
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
     retired: tuple[int, int] = (0, 0)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -388,6 +392,7 @@ class ProcessState:
         self.key, self.allocator, self.threads, self.retired = key, None, {}, (0, 0)
         self.media = None
         self.block = None
+        self.encryption = None
 
     def switches(self, current: dict[int, tuple[int, int]]) -> tuple[int, int]:
         """Fold this scrape's per-thread counts in; returns the monotonic totals."""
