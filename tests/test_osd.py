@@ -719,6 +719,29 @@ def test_hung_and_broken_osds_are_reported_as_themselves(
         scraper.close()
 
 
+def test_processes_are_read_after_the_round_in_the_collectors_thread(
+    osd_tree: Tree, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each OSD's process is read once per scrape, never in a query thread: each status
+    pread releases the interpreter lock, and the query threads trading it at every one
+    cost more CPU than the reads (docs/performance.md)."""
+    from cephnode_exporter.collectors import osd_query
+
+    threads: list[str] = []
+    real = osd_query.read_process
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(osd_query, "read_process", spy)
+    recorded_node(fake_node, osd_tree)
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") == 70
+    assert len(threads) == 2  # osd.0 and osd.3, both served by this process
+    assert not any(name.startswith("asok") for name in threads), threads
+
+
 @pytest.mark.parametrize("command", ["perf histogram dump", "perf dump", "dump_ops_in_flight"])
 def test_a_reply_that_is_no_json_fails_that_osd_as_decode(
     node_trees: dict[str, Tree],
