@@ -2366,3 +2366,23 @@ def test_latency_window_flag_is_validated(bad: str) -> None:
     )
     with pytest.raises(SystemExit):
         parse_args(["dump", f"--collector.osd.latency-window={bad}"])
+
+
+def test_a_failing_process_read_stays_that_osds_process_error(
+    osd_tree: Tree, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read after the round, outside the pool's isolation, an unexpected failure of the
+    process read is still only the OSD's process error: the OSD answers, the collector
+    succeeds, the process series are left out and the read error counted."""
+    from cephnode_exporter.collectors import osd_query
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(osd_query, "read_process", broken)
+    recorded_node(fake_node, osd_tree)
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1.0
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1.0
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") is None
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 2.0

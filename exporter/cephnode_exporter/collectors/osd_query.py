@@ -182,6 +182,8 @@ def read_osd_process(
         replies.process_note = str(exc)
     except (OSError, ParseError) as exc:
         replies.process_error = str(exc)
+    except Exception as exc:  # as in the query pool: even a bug stays this OSD's
+        replies.process_error = f"reading pid {replies.pid}: {type(exc).__name__}: {exc}"
 
 
 def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
