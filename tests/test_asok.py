@@ -700,3 +700,17 @@ def test_discovery_errors(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> N
         discover_osd_sockets("/denied")
     assert not isinstance(denied.value, NoSocketDirectory)
     keep.close()
+
+
+def test_item_cap_is_counted_only_above_its_own_length() -> None:
+    """Each JSON item counted is at least one byte, so a reply no longer than its
+    command's item cap is within it uncounted; one byte more is counted and refused when
+    it is all items (the cap is exact, not rounded by the shortcut)."""
+    cap = asok.ALLOWED_COMMANDS["perf dump"].max_items
+    at_cap = b"[" * cap
+    asok.check_items(at_cap, "/x", "perf dump")  # cap items: allowed
+    with pytest.raises(AsokReplyTooLarge, match=f"holds {cap + 1} JSON items"):
+        asok.check_items(at_cap + b"[", "/x", "perf dump")
+    short = b"[" + b"0," * 10 + b"0]"
+    asok.check_items(short, "/x", "perf dump")
+    assert asok.json_items(short) <= len(short)

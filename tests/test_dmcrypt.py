@@ -189,3 +189,41 @@ def test_read_error_is_counted_and_unknown_logged_once(
     assert len(errors) == 2
     logged = [r for r in caplog.records if "encryption unknown" in r.getMessage()]
     assert len(logged) == 2
+
+
+def test_the_encryption_is_read_once_per_osd_process(crypt_tree: Tree) -> None:
+    """The walk is kept per OSD process, as the disk kind is: a uuid rewritten under a
+    running OSD's device (which its creator never does) shows only once the process
+    changed (a restart resets what is kept of it)."""
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    impersonate(crypt_tree)
+    node = recorded_node(FakeNode(), crypt_tree)
+    uuids = [
+        p
+        for p in crypt_tree.sys.glob("devices/virtual/block/dm-*/dm/uuid")
+        if p.read_text().startswith("CRYPT-")
+    ]
+    assert uuids
+    before = {p: p.read_text() for p in uuids}
+    flags = [*crypt_tree.flags, f"--ceph.socket-dir={node.dir}", *ONLY_OSD]
+    scraper = build_scraper(parse_args(["dump", *flags]))
+    name = "cephnode_osd_encryption_info"
+    crypt = {"ceph_daemon": "osd.3", "encryption": "dm-crypt", "format": "LUKS2"}
+    plain = {"ceph_daemon": "osd.3", "encryption": "none", "format": ""}
+    try:
+        assert value(scraper.collect(10.0), name, **crypt) == 1.0
+        for p in uuids:
+            p.write_text("LVM-" + "x" * 64)
+        c = scraper.collect(10.0)
+        assert value(c, name, **crypt) == 1.0 and value(c, name, **plain) is None
+        osd = next(c for c in scraper._collectors if c.name == "osd")
+        for state in osd._proc_states.values():  # type: ignore[attr-defined]
+            state.reset((0, 0))  # as a new process of the OSD would
+        c = scraper.collect(10.0)
+        assert value(c, name, **plain) == 1.0 and value(c, name, **crypt) is None
+    finally:
+        scraper.close()
+        node.close()
+        for p, text in before.items():
+            p.write_text(text)

@@ -174,6 +174,20 @@ def test_thread_counts_agree_with_parse_status() -> None:
             w.join()
 
 
+def test_thread_counts_of_a_status_in_another_order() -> None:
+    """The one search expects the lines in fs/proc/array.c's order; a status printed in
+    another order (switches before the allowed CPUs) gives the same values through the
+    separate searches."""
+    data = Path("/proc/self/status").read_bytes()
+    lines = data.split(b"\n")
+    switches = [ln for ln in lines if b"voluntary_ctxt_switches:" in ln]
+    others = [ln for ln in lines if b"voluntary_ctxt_switches:" not in ln]
+    moved = b"\n".join([others[0], *switches, *others[1:]])
+    slow = parse_status(moved.decode())
+    assert _thread_counts(moved) == (slow.voluntary, slow.involuntary, slow.cpus_allowed)
+    assert _thread_counts(moved) == _thread_counts(data)
+
+
 @pytest.mark.parametrize(
     "edit",
     [
@@ -289,3 +303,34 @@ def test_batch_after_an_overrun_runs_the_rest_on_a_fresh_worker_one_at_a_time() 
     assert len(hung.when) == 1  # returned, and not started again by the abandoned batch
     for c in rest:
         assert len(c.when) == 1
+
+
+# --- the OSD latency histograms' samples ---------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [float, int])
+def test_latency_histogram_family_gives_add_metrics_samples(kind: type) -> None:
+    """add_buckets is add_metric with the le text made here: the same samples (names,
+    labels in order, values and their types), on the OSDs' axis and on edges it has
+    not seen, and nothing but the buckets for a negative first edge or no sum."""
+    from cephnode_exporter.collectors.osd_metrics import LatencyHistogramFamily, _le
+    from prometheus_client.core import HistogramMetricFamily
+
+    axis = [0.0001 * 2**i for i in range(17)] + [float("inf")]
+    cases = [
+        (axis, 0.25),
+        ([0.3333, 1e-9, float("inf")], 1.0),
+        ([-1.0, 2.0, float("inf")], 3.0),
+        (axis, None),
+    ]
+    for edges, total in cases:
+        buckets = [(e, kind(n * 3)) for n, e in enumerate(edges)]
+        fast = LatencyHistogramFamily("x_seconds", "doc", labels=["ceph_daemon", "op"])
+        fast.add_buckets(["osd.7", "read"], buckets, total)  # type: ignore[arg-type]
+        plain = HistogramMetricFamily("x_seconds", "doc", labels=["ceph_daemon", "op"])
+        plain.add_metric(["osd.7", "read"], [(_le(e), n) for e, n in buckets], total)
+        assert fast.samples == plain.samples
+        for a, b in zip(fast.samples, plain.samples, strict=True):
+            assert list(a.labels) == list(b.labels)
+            assert type(a.value) is type(b.value)
+        assert len(fast.samples) == len(edges) + (2 if edges[0] >= 0 and total is not None else 0)

@@ -719,6 +719,50 @@ def test_hung_and_broken_osds_are_reported_as_themselves(
         scraper.close()
 
 
+def test_processes_are_read_after_the_round_in_the_collectors_thread(
+    osd_tree: Tree, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each OSD's process is read once per scrape, never in a query thread: each status
+    pread releases the interpreter lock, and the query threads trading it at every one
+    cost more CPU than the reads (docs/performance.md)."""
+    from cephnode_exporter.collectors import osd_query
+
+    threads: list[str] = []
+    real = osd_query.read_process
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(osd_query, "read_process", spy)
+    recorded_node(fake_node, osd_tree)
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") == 70
+    assert len(threads) == 2  # osd.0 and osd.3, both served by this process
+    assert not any(name.startswith("asok") for name in threads), threads
+
+
+@pytest.mark.parametrize("command", ["perf histogram dump", "perf dump", "dump_ops_in_flight"])
+def test_a_reply_that_is_no_json_fails_that_osd_as_decode(
+    node_trees: dict[str, Tree],
+    fake_node: FakeNode,
+    caplog: pytest.LogCaptureFixture,
+    command: str,
+) -> None:
+    """The replies asked every scrape are decoded after the round, in the collector's
+    thread: a reply that is no JSON still fails only its OSD, with reason decode."""
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(4, recorded_osd("bluestore", {command: b'{"osd": [1, 2'}))
+    tree = node_trees["epyc9454p-tuned"]
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.0") == 1
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.4") == 0
+    failures = [r for r in caplog.records if r.getMessage() == "OSD admin socket query failed"]
+    assert [(r.kv["ceph_daemon"], r.kv["reason"]) for r in failures] == [("osd.4", "decode")]  # type: ignore[attr-defined]
+    assert repr(command) in failures[0].kv["err"]  # type: ignore[attr-defined]
+
+
 def test_sockets_come_and_go(node_trees: dict[str, Tree], fake_node: FakeNode) -> None:
     tree = node_trees["epyc9454p-tuned"]
     flags = [*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD]
@@ -1822,6 +1866,8 @@ class _ScriptedSocket:
     """Stands in for AdminSocket in :func:`osd_query._query`: answers from the
     recorded payloads and reports the peer pid it is told."""
 
+    path = "/scripted/ceph-osd.3.asok"
+
     def __init__(self, pid: int | None) -> None:
         self.asked: list[str] = []
         self.pid = pid
@@ -1834,26 +1880,24 @@ class _ScriptedSocket:
             return json.loads(network_reply("bluestore"))
         return payload("bluestore", prefix)
 
-    def raw(self, prefix: str, **_: Any) -> bytes:
-        self.asked.append(prefix)
-        return b""
+    def raw(self, prefix: str, **args: Any) -> bytes:
+        if prefix == "dump_objectstore_kv_stats":
+            self.asked.append(prefix)
+            return b""  # the statistics off
+        return json.dumps(self.command(prefix, **args)).encode()
 
     def seen_peer_pid(self, **_: Any) -> int | None:
         return self.pid
 
 
-def test_a_restarted_osd_is_asked_for_its_config_at_once(tmp_path: Path) -> None:
+def test_a_restarted_osd_is_asked_for_its_config_at_once() -> None:
     """The cache is keyed by the socket's peer pid: a new pid (restart) refetches within
     the interval; an invisible pid (None) relies on the interval alone."""
-    from cephnode_exporter.hostfs.process import ProcessState
-
-    fs = HostFS(sysfs=str(tmp_path), procfs=str(tmp_path), rootfs=str(tmp_path))
     cache = osd_query.ConfigCache()
 
     def scrape(pid: int | None, interval: float = 60) -> list[str]:
         sock = _ScriptedSocket(pid)
-        replies = osd_query._query(sock, time.monotonic() + 5, fs, ProcessState(), cache,
-                                       interval)  # type: ignore[arg-type]  # fmt: skip
+        replies = osd_query._query(sock, time.monotonic() + 5, cache, interval)  # type: ignore[arg-type]
         facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
         osd_query.parse_replies(facts, replies)
         assert facts.version == "16.2.15" and facts.config is not None
@@ -2322,3 +2366,23 @@ def test_latency_window_flag_is_validated(bad: str) -> None:
     )
     with pytest.raises(SystemExit):
         parse_args(["dump", f"--collector.osd.latency-window={bad}"])
+
+
+def test_a_failing_process_read_stays_that_osds_process_error(
+    osd_tree: Tree, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read after the round, outside the pool's isolation, an unexpected failure of the
+    process read is still only the OSD's process error: the OSD answers, the collector
+    succeeds, the process series are left out and the read error counted."""
+    from cephnode_exporter.collectors import osd_query
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(osd_query, "read_process", broken)
+    recorded_node(fake_node, osd_tree)
+    c = collect([*osd_tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1.0
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1.0
+    assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") is None
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 2.0

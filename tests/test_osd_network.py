@@ -310,3 +310,139 @@ def test_live_osds_report_their_peers(
             assert worst is not None and mean is not None and median is not None
             assert 0 < mean <= worst < 8.0, (i, interface, mean, worst)  # below the grace
             assert 0 < median <= worst, (i, interface, median, worst)
+
+
+# ----------------------------------------------------------------------------- reuse
+
+
+def test_the_summary_is_reused_within_the_interval() -> None:
+    """dump_osd_network is asked once per interval and OSD process: not again within
+    the interval (the summary kept is the one parsed), again once it has passed, at once
+    when the socket's peer pid changes (a restart), and every time with interval 0."""
+    from cephnode_exporter.collectors import osd_query
+    from cephnode_exporter.facts.osd import OSDFacts
+
+    from tests.test_osd import _ScriptedSocket
+
+    config = osd_query.ConfigCache()
+    cache = osd_query.NetworkCache()
+
+    def scrape(pid: int | None, interval: float = 60) -> tuple[bool, OSDFacts]:
+        sock = _ScriptedSocket(pid)
+        replies = osd_query._query(sock, time.monotonic() + 5, config, 60, cache, interval)  # type: ignore[arg-type]
+        facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
+        osd_query.parse_replies(facts, replies)
+        return "dump_osd_network" in sock.asked, facts
+
+    reply = recorded("pacific", "bluestore", "rest")
+    asked, first = scrape(100)
+    assert asked and first.network == parse_osd_network(reply)
+    asked, again = scrape(100)
+    assert not asked and again.network is first.network
+    cache.fetched -= 61  # the interval has passed
+    assert scrape(100)[0]
+    assert not scrape(100)[0]
+    assert scrape(101)[0]  # restarted
+    assert not scrape(101)[0]
+    assert scrape(101, interval=0)[0]
+    assert scrape(None)[0]  # the pid not visible: the interval alone
+    assert not scrape(None)[0]
+
+
+def test_a_reply_that_does_not_parse_is_not_kept() -> None:
+    from cephnode_exporter.collectors import osd_query
+    from cephnode_exporter.facts.osd import OSDFacts
+
+    from tests.test_osd import _ScriptedSocket
+
+    config, cache = osd_query.ConfigCache(), osd_query.NetworkCache()
+
+    class Broken(_ScriptedSocket):
+        def command(self, prefix: str, **args: Any) -> Any:
+            got = super().command(prefix, **args)
+            return {"entries": "none"} if prefix == "dump_osd_network" else got
+
+    sock = Broken(100)
+    replies = osd_query._query(sock, time.monotonic() + 5, config, 60, cache, 60)  # type: ignore[arg-type]
+    with pytest.raises(NetworkParseError):
+        osd_query.parse_replies(OSDFacts(None, 0.0), replies)  # type: ignore[arg-type]
+    assert cache.pings is None
+    sock = _ScriptedSocket(100)
+    osd_query._query(sock, time.monotonic() + 5, config, 60, cache, 60)  # type: ignore[arg-type]
+    assert "dump_osd_network" in sock.asked
+
+
+def test_the_collector_reuses_the_summary(node_trees: dict[str, Tree]) -> None:
+    """Through the collector: a changed reply shows only once the interval passed
+    (--collector.osd.network-interval 0: at the next scrape)."""
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    tree = node_trees["epyc9454p-tuned"]
+    for interval, changes in (("60", False), ("0", True)):
+        node = FakeNode()
+        osd = recorded_osd("bluestore")
+        node.add(3, osd)
+        flags = [*tree.flags, f"--ceph.socket-dir={node.dir}", *ONLY_OSD,
+                 f"--collector.osd.network-interval={interval}"]  # fmt: skip
+        scraper = build_scraper(parse_args(["dump", *flags]))
+        try:
+            d = {"ceph_daemon": "osd.3", "interface": "back"}
+            name = "cephnode_osd_heartbeat_ping_max_seconds"
+            before = value(scraper.collect(10.0), name, **d)
+            stalled = recorded("pacific", "bluestore", "stalled")
+            osd.set("dump_osd_network", stalled)
+            after = value(scraper.collect(10.0), name, **d)
+        finally:
+            scraper.close()
+            node.close()
+        assert before == pytest.approx(
+            expected(recorded("pacific", "bluestore", "rest"), "back")[1]
+        )
+        assert (after == pytest.approx(expected(stalled, "back")[1])) is changes
+        assert (after == before) is not changes
+
+
+def _long_reply(entries: int) -> dict[str, Any]:
+    """A reply of ``entries`` entries, the recorded one's first entry repeated."""
+    first = recorded("pacific", "bluestore", "rest")["entries"][0]
+    return {"threshold": 0, "entries": [{**first, "to osd": n} for n in range(entries)]}
+
+
+def test_a_reply_beyond_the_cap_is_logged_once(
+    node_trees: dict[str, Tree], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An OSD listing more entries than are read is logged once while it does (not every
+    scrape), again after it went back under the cap and over it once more."""
+    import logging
+
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    caplog.set_level(logging.WARNING, logger="cephnode_exporter.collectors.osd")
+    tree = node_trees["epyc9454p-tuned"]
+    node = FakeNode()
+    osd = recorded_osd("bluestore")
+    node.add(3, osd)
+    flags = [*tree.flags, f"--ceph.socket-dir={node.dir}", *ONLY_OSD,
+             "--collector.osd.network-interval=0"]  # fmt: skip
+    scraper = build_scraper(parse_args(["dump", *flags]))
+    long = json.dumps(_long_reply(MAX_ENTRIES + 3)).encode()
+
+    def logged() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "heartbeat entries" in r.getMessage()]
+
+    try:
+        osd.set("dump_osd_network", long)
+        for _ in range(3):
+            c = scraper.collect(10.0)
+            assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1
+        assert len(logged()) == 1
+        assert logged()[0].kv["dropped"] == 3  # type: ignore[attr-defined]
+        assert logged()[0].kv["ceph_daemon"] == "osd.3"  # type: ignore[attr-defined]
+        osd.set("dump_osd_network", recorded("pacific", "bluestore", "rest"))
+        scraper.collect(10.0)
+        osd.set("dump_osd_network", long)
+        scraper.collect(10.0)
+        assert len(logged()) == 2
+    finally:
+        scraper.close()
+        node.close()

@@ -11,6 +11,7 @@ where a zero would be a lie. No I/O and no Prometheus code here (docs/ceph.md).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -257,22 +258,21 @@ def parse_perf_dump(
     avgs: dict[str, TimeAvg] = {}
     integers: dict[str, int] = {}
     missing: list[str] = []
-    for counter in counters.COUNTERS:
-        values = dump.get(counter.section)
-        found = [n for n in counter.candidates(release) if isinstance(values, dict) and n in values]
+    for counter, section, candidates in _counter_plan(release):
+        values = dump.get(section)
+        found = [n for n in candidates if isinstance(values, dict) and n in values]
         if not found:
             if objectstore is not None and counter.expected(release, objectstore):
                 missing.append(counter.key)
             continue
         assert isinstance(values, dict)
         name = found[0]
-        where = f"{counter.section}.{name}"
         if counter.kind == counters.AVG:
-            avg = _time_avg(values, name, counter.section)
+            avg = _time_avg(values, name, section)
             if avg is not None:
                 avgs[counter.key] = avg
         else:
-            integers[counter.key] = _int(values[name], where)
+            integers[counter.key] = _int(values[name], f"{section}.{name}")
     mclock = _mclock_queues(dump)
     if not mclock and op_queue is not None and counters.mclock_expected(release, op_queue):
         missing.append(counters.MCLOCK_KEY)
@@ -283,6 +283,16 @@ def parse_perf_dump(
         tuple(missing),
         mclock,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _counter_plan(
+    release: int | None,
+) -> tuple[tuple[counters.Counter, str, tuple[str, ...]], ...]:
+    """Each counter of the table with its section and the names to look for in a
+    daemon of ``release``: the same for every OSD of a release and every scrape, so
+    worked out once (a node runs one or two releases; the table is fixed)."""
+    return tuple((c, c.section, c.candidates(release)) for c in counters.COUNTERS)
 
 
 def _mclock_queues(dump: Mapping[str, Any]) -> dict[str, int]:

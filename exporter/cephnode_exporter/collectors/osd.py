@@ -18,12 +18,13 @@ Why this shape:
 - A node without OSDs (no socket directory, or no OSD sockets) is a success with no OSD
   series: the collector is on by default and the exporter also runs on other nodes.
 - Host facts per OSD: its pid comes from the admin socket's peer credentials
-  (``SO_PEERCRED``, fetched in the same parallel task as the commands), its process is
-  read from ``--path.procfs`` in that task too (procfs per pid, not sysfs: the thread
-  statuses are about 1 ms per OSD, so ten OSDs overlap their kernel time instead of
-  adding it up; hostfs/process.py says why not psutil). The ``block`` link of its data
-  directory is followed to its disks in the collector's own thread (sysfs is read
-  serially, as node_exporter learned to). A pid we cannot see (the OSD in another pid
+  (``SO_PEERCRED``, fetched in the same parallel task as the commands); its process is
+  read from ``--path.procfs`` after the round, in the collector's own thread, one OSD
+  after the other (each thread status ``pread`` releases the interpreter lock: read in
+  the ten query threads they cost half as much CPU again in lock hand-offs;
+  hostfs/process.py says why not psutil). The ``block`` link of its data directory is
+  followed to its disks in the same thread (sysfs is read serially, as node_exporter
+  learned to). A pid we cannot see (the OSD in another pid
   namespace), an OSD without a block device (memstore, a file-backed BlueStore) or an
   unreadable file leaves those series out with a logged reason; the OSD's own series and
   ``scrape_success`` do not depend on them.
@@ -61,7 +62,7 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from cephnode_exporter.ceph import perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokStale
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     Answer,
@@ -72,6 +73,7 @@ from cephnode_exporter.ceph.discovery import (
     discover_osd_sockets,
     limit_sockets,
 )
+from cephnode_exporter.ceph.network import MAX_ENTRIES
 from cephnode_exporter.ceph.querypool import QueryPool
 from cephnode_exporter.collectors.base import (
     Collector,
@@ -83,7 +85,13 @@ from cephnode_exporter.collectors.base import (
 from cephnode_exporter.collectors.osd_encryption import encryption_metrics, read_encryption
 from cephnode_exporter.collectors.osd_latency import OSDLatency
 from cephnode_exporter.collectors.osd_metrics import build_metrics, dropped_metrics
-from cephnode_exporter.collectors.osd_query import ConfigCache, parse_replies, query_task
+from cephnode_exporter.collectors.osd_query import (
+    ConfigCache,
+    NetworkCache,
+    parse_replies,
+    query_task,
+    read_osd_process,
+)
 from cephnode_exporter.facts.osd import (
     DEFAULT_LATENCY_WINDOW,
     HostHistograms,
@@ -92,6 +100,7 @@ from cephnode_exporter.facts.osd import (
 )
 from cephnode_exporter.hostfs import AttrFiles, ParseError, ReadErrors, fd_budget
 from cephnode_exporter.hostfs.blockdev import NoDevice, block_media, find_osd_block
+from cephnode_exporter.hostfs.dmcrypt import Encryption
 from cephnode_exporter.hostfs.numa import cpus_per_node, read_node_cpus
 from cephnode_exporter.hostfs.process import THREAD_FD_SHARE, ProcessState
 from cephnode_exporter.logs import kv
@@ -106,6 +115,10 @@ DEFAULT_TIMEOUT = 2.0
 # (68 KB, 0.7 ms to decode and parse per OSD): refetched at once when the OSD's pid
 # changes (a restart), so a new version or object store is never stale.
 DEFAULT_CONFIG_INTERVAL = 60.0
+# Seconds a dump_osd_network summary is reused (0: asked every scrape). Each peer's
+# averages change only when its one-minute interval closes (collectors/osd_query.py
+# NetworkCache); refetched at once when the OSD's pid changes.
+DEFAULT_NETWORK_INTERVAL = 60.0
 # Share of --collector.timeout the OSD queries may use, leaving time to parse and
 # build metrics before the scraper abandons the collector.
 TIMEOUT_SHARE = 0.8
@@ -146,6 +159,10 @@ class OSDCollector(Collector):
         self._thread_files = AttrFiles(fd_budget(THREAD_FD_SHARE), recheck=True)
         self._config_caches: dict[str, ConfigCache] = {}
         self._config_interval = float(opts.collector_osd_config_interval)
+        self._network_caches: dict[str, NetworkCache] = {}
+        self._network_interval = float(opts.collector_osd_network_interval)
+        # Socket path -> the heartbeat entries beyond the cap last logged (0: none).
+        self._network_dropped: dict[str, int] = {}
         # Per-subsystem debug series: the profile's list by default (Pacific leaves 62 of 64
         # subsystems at non-zero defaults such as 1/5: all of them would be ~60 series per
         # OSD of noise); every non-zero one with --collector.osd.all-debug-levels.
@@ -200,6 +217,16 @@ class OSDCollector(Collector):
             help="reuse each OSD's config show and version replies this long (debug "
             "levels and options show changes after at most this; a restarted OSD is "
             "asked at once; 0: every scrape; default: %(default)s)",
+        )
+        parser.add_argument(
+            "--collector.osd.network-interval",
+            dest="collector_osd_network_interval",
+            type=bounded(float, 0, 3600, "seconds"),
+            default=DEFAULT_NETWORK_INTERVAL,
+            metavar="SECONDS",
+            help="reuse each OSD's dump_osd_network summary this long (its peers' "
+            "1-minute averages change once a minute; a restarted OSD is asked at once; "
+            "0: every scrape; default: %(default)s)",
         )
         parser.add_argument(
             "--collector.osd.latency-window",
@@ -264,8 +291,9 @@ class OSDCollector(Collector):
             sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
             state = self._proc_states.setdefault(s.path, ProcessState())
             cache = self._config_caches.setdefault(s.path, ConfigCache())
+            network = self._network_caches.setdefault(s.path, NetworkCache())
             tasks[s.path] = query_task(
-                sock, self.ctx.fs, state, cache, self._config_interval, self._thread_files
+                sock, cache, self._config_interval, network, self._network_interval
             )
         results = self._pool.run(tasks, self._timeout)
         # One socket per daemon: a stale or second socket of an OSD is left out here.
@@ -284,11 +312,15 @@ class OSDCollector(Collector):
                 facts.error = f"{s.path}: no reply"
                 facts.reason = "no_reply"
             else:
+                state = self._proc_states[s.path]
+                read_osd_process(result.value, self.ctx.fs, state, self._thread_files)
                 try:
                     parse_replies(facts, result.value)
                 except perf.PerfParseError as exc:
                     facts.error = f"{s.path}: {exc}"
                     facts.reason = "parse"
+                except AsokError as exc:  # a reply that is no JSON, decoded here
+                    facts.error, facts.reason = str(exc), exc.reason
                 else:
                     self._host_facts(facts, numa_nodes, errors)
             self._note(facts)
@@ -371,7 +403,19 @@ class OSDCollector(Collector):
             self._find_block(facts, data_dirs, errors)
         facts.media = self._media(facts, errors)
         # dm-crypt under the block device: collectors/osd_encryption.py.
-        facts.encryption = read_encryption(facts, errors)
+        facts.encryption = self._encryption(facts, errors)
+
+    def _encryption(self, facts: OSDFacts, errors: ReadErrors) -> Encryption:
+        """The dm-crypt walk under the OSD's block device, once per OSD process like
+        _media (kept in its ProcessState unless the walk met a read error or the block
+        device was not found cleanly)."""
+        state = self._proc_states.get(facts.socket.path) if facts.process is not None else None
+        if state is not None and state.encryption is not None and state.block is not None:
+            return state.encryption
+        found = read_encryption(facts, errors)
+        if state is not None and found.error is None and state.block is not None:
+            state.encryption = found
+        return found
 
     def _find_block(self, facts: OSDFacts, data_dirs: list[str], errors: ReadErrors) -> None:
         # Read once per OSD process, as _media: kept in its ProcessState unless it failed.
@@ -433,6 +477,26 @@ class OSDCollector(Collector):
         self._note_host(facts)
         self._note_missing(facts)
         self._note_kv(facts)
+        self._note_network(facts)
+
+    def _note_network(self, facts: OSDFacts) -> None:
+        """Log that an OSD's heartbeat reply has more entries than are read
+        (ceph/network.py MAX_ENTRIES): once per OSD while it stays above, again when the
+        count grew past twice the count logged, or after it went back under."""
+        if facts.network is None:
+            return
+        path = facts.socket.path
+        dropped = facts.network.entries_dropped
+        logged = self._network_dropped.get(path, 0)
+        if dropped and (not logged or dropped > 2 * logged):
+            log.warning(
+                "OSD lists more heartbeat entries than are read; the ping series cover "
+                "the first ones (the worst peers come first)",
+                extra=kv(ceph_daemon=facts.ceph_daemon, read=MAX_ENTRIES, dropped=dropped),
+            )
+            self._network_dropped[path] = dropped
+        elif not dropped:
+            self._network_dropped.pop(path, None)
 
     def _note_kv(self, facts: OSDFacts) -> None:
         """Log once per change that an OSD declined its RocksDB statistics."""
@@ -490,6 +554,8 @@ class OSDCollector(Collector):
             self._last_host,
             self._proc_states,
             self._config_caches,
+            self._network_caches,
+            self._network_dropped,
             self._missing_logged,
             self._kv_notes,
         ):

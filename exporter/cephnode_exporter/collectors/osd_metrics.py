@@ -8,6 +8,7 @@ collectors/osd_catalogue.py. Every family here is in docs/metrics.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client.core import (
@@ -17,6 +18,7 @@ from prometheus_client.core import (
     Metric,
     SummaryMetricFamily,
 )
+from prometheus_client.samples import Sample
 
 from cephnode_exporter.ceph import counters as ceph_counters
 from cephnode_exporter.ceph import perf
@@ -61,6 +63,40 @@ def dropped_metrics(facts: OSDCollectorFacts) -> list[Metric]:
     for reason in (STALE, DUPLICATE):
         family.add_metric([reason], float(sum(1 for d in facts.dropped if d.reason == reason)))
     return [family]
+
+
+class LatencyHistogramFamily(HistogramMetricFamily):
+    """A histogram family whose :meth:`add_buckets` gives exactly the samples of
+    ``add_metric([*labels], [(le text, n) ...], sum)``, with fewer operations per bucket:
+    the label text of each edge is kept from scrape to scrape (the edges are the OSDs'
+    fixed axis), and each bucket's labels are one dict copy instead of a list of
+    zipped pairs. An OSD exports three of these histograms of some 30 buckets, and the
+    node's pool a few more: the most samples of any OSD family.
+    """
+
+    def add_buckets(
+        self, labels: Sequence[str], buckets: Sequence[tuple[float, float]], sum_value: float
+    ) -> None:
+        base = dict(zip(self._labelnames, labels, strict=True))
+        name = self.name + "_bucket"
+        samples = self.samples
+        for edge, value in buckets:
+            le = _LE.get(edge)
+            if le is None:
+                le = _le(edge)
+                if len(_LE) < _MAX_LE:
+                    _LE[edge] = le
+            samples.append(Sample(name, {**base, "le": le}, value, None, None))
+        # As add_metric: _count (the +Inf bucket) and _sum only for a non-negative first
+        # edge and a sum.
+        if buckets and buckets[0][0] >= 0 and sum_value is not None:
+            samples.append(Sample(self.name + "_count", dict(base), buckets[-1][1], None, None))
+            samples.append(Sample(self.name + "_sum", dict(base), sum_value, None, None))
+
+
+# Edge -> its le text; bounded (the OSDs' axes have some 30 edges, the same for all).
+_LE: dict[float, str] = {}
+_MAX_LE = 1024
 
 
 def _family(kind: type, suffix: str, doc: str, labels: list[str]) -> Any:
@@ -124,7 +160,7 @@ def build_metrics(
             [], float(sum(len(o.counters.missing) for o in osds if o.ok and o.counters))
         )
     hist = _family(
-        HistogramMetricFamily,
+        LatencyHistogramFamily,
         "op_latency_seconds",
         "Client op latency on the OSD as primary, from perf histogram dump (size axis "
         "collapsed; _sum from perf dump's op_<type>_latency).",
@@ -299,7 +335,7 @@ def build_metrics(
         "label, and its NVMe controller (empty for other disks).",
         ["device", "controller"],
     )
-    pooled = HistogramMetricFamily(
+    pooled = LatencyHistogramFamily(
         metric_name("osd", "host_op_latency_seconds"),
         "Client op latency of all OSDs of this node pooled per op type and data disk kind "
         "(media: nvme, hdd, ssd, unknown): each OSD's increases since the exporter "
@@ -316,7 +352,7 @@ def build_metrics(
         labels=["op", "media", "phi"],
     )
     for (op, media), pool in sorted((host or {}).items()):
-        pooled.add_metric([op, media], [(_le(edge), n) for edge, n in pool.buckets], pool.sum)
+        pooled.add_buckets([op, media], pool.buckets, pool.sum)
         for q, seconds in sorted(pool.quantiles.items()):
             pooled_quantile.add_metric([op, media, repr(q)], seconds)
 
@@ -333,8 +369,7 @@ def build_metrics(
             avg = o.counters.avgs.get(f"osd.{perf.OP_LATENCY_AVGS[op]}")
             if avg is None:
                 continue  # a _sum is mandatory; no OSD lacks these counters
-            buckets = [(_le(edge), float(n)) for edge, n in h.buckets]
-            hist.add_metric([d, op], buckets, avg.sum)
+            hist.add_buckets([d, op], [(edge, float(n)) for edge, n in h.buckets], avg.sum)
         for op, seconds in sorted(o.latency_quantiles.items()):
             quantile.add_metric([d, op, repr(LATENCY_QUANTILE)], seconds)
         means = o.latency_means

@@ -4,10 +4,14 @@ Part of the ``osd`` collector (collectors/osd.py), which runs :func:`query_task`
 every OSD in parallel on its query pool and then calls :func:`parse_replies` in its own
 thread. A round sends ``perf histogram dump``, ``perf dump`` and ``dump_ops_in_flight``
 every scrape; ``config show`` and ``version`` only when the OSD's :class:`ConfigCache`
-is stale or its pid changed (a restart); ``dump_objectstore_kv_stats`` only when config
-show says the OSD keeps RocksDB statistics. The OSD's process is read in the same task
-(procfs per pid, so the OSDs' kernel time overlaps). Replies are parsed by ceph/perf.py
-and ceph/kvstats.py; this module only decides what to ask and where the answers go.
+is stale or its pid changed (a restart); ``dump_osd_network`` likewise only when its
+:class:`NetworkCache` is; ``dump_objectstore_kv_stats`` only when config show says the
+OSD keeps RocksDB statistics. The task finds the OSD's pid (the socket's peer); its
+process is read afterwards in the collector's thread (:func:`read_osd_process`), one OSD
+after the other: each thread status read releases the interpreter lock, and ten tasks
+trading it at every read cost more CPU than the reads (docs/performance.md). Replies are
+parsed by ceph/perf.py, ceph/kvstats.py and ceph/network.py; this module only decides
+what to ask and where the answers go.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cephnode_exporter.ceph import kvstats, perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokError
-from cephnode_exporter.ceph.network import parse_osd_network
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, decode_reply
+from cephnode_exporter.ceph.network import NetworkPings, parse_osd_network
 from cephnode_exporter.facts.osd import OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
 from cephnode_exporter.hostfs.process import (
@@ -57,18 +61,48 @@ class ConfigCache:
 
 
 @dataclass
-class _Replies:
-    """The raw JSON replies of one OSD, gathered within the deadline."""
+class NetworkCache:
+    """One OSD's last ``dump_osd_network`` summary, reused for ``interval`` seconds.
 
-    histograms: Any = None
-    perf: Any = None
-    ops: Any = None
+    Why it may be reused: the OSD recomputes a peer's 1-, 5- and 15-minute averages only
+    when that peer's one-minute interval closes (ceph/ceph src/osd/OSD.cc
+    ``handle_osd_ping``; qa/standalone/misc/network-ping.sh waits a whole cycle for a
+    change), so a reply asked for within the minute mostly repeats the last one. Reused
+    for at most the interval (a change shows up to that much later, as it would with
+    the interval as the scrape interval), and dropped at once when the OSD's pid changed
+    (a restarted OSD starts its averages afresh). The task thread decides and fetches;
+    the collector thread parses a fetched reply and stores the summary (or leaves the
+    cache empty when it does not parse, so the next scrape asks again). A pid of None
+    (not visible) relies on the interval alone.
+    """
+
+    pid: int | None = None
+    fetched: float = float("-inf")
+    pings: NetworkPings | None = None
+
+    def fresh(self, pid: int | None, now: float, interval: float) -> bool:
+        return self.pings is not None and pid == self.pid and now - self.fetched < interval
+
+
+@dataclass
+class _Replies:
+    """The replies of one OSD, gathered within the deadline. The three asked every
+    scrape are kept as bytes and decoded by :func:`parse_replies` in the collector's
+    thread: decoding holds the interpreter lock for 0.1-0.3 ms a reply, and held in a
+    query thread it makes the others wait for the lock after each socket read."""
+
+    path: str = ""
+    histograms: bytes = b""
+    perf: bytes = b""
+    ops: bytes = b""
     config: Any = None
     version: Any = None
     kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
     network: Any = None  # dump_osd_network (collectors/osd_network.py)
     cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
     fetched: bool = True  # config and version are in this reply (then parsed into cache)
+    network_cache: NetworkCache | None = None  # the ping summary, unless fetched now
+    network_fetched: bool = True  # dump_osd_network is in this reply
     pid: int | None = None
     process: ProcessSample | None = None
     process_note: str | None = None
@@ -78,38 +112,45 @@ class _Replies:
 def _query(
     sock: AdminSocket,
     deadline: float,
-    fs: HostFS,
-    state: ProcessState,
     cache: ConfigCache,
     interval: float,
-    files: AttrFiles | None = None,
+    network: NetworkCache | None = None,
+    network_interval: float = 0.0,
 ) -> _Replies:
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
-    r = _Replies()
-    r.histograms = sock.command("perf histogram dump", logger="osd", deadline=deadline)
+    r = _Replies(path=sock.path)
+    r.histograms = sock.raw("perf histogram dump", logger="osd", deadline=deadline)
     # The pid of that connection's peer tells a restarted OSD from the cached one.
     seen = sock.last_peer
-    r.perf = sock.command("perf dump", deadline=deadline)
-    r.ops = sock.command("dump_ops_in_flight", deadline=deadline)
-    # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
-    r.network = sock.command("dump_osd_network", value=0, deadline=deadline)
+    seen_pid = seen[0] if seen is not None else None
+    r.perf = sock.raw("perf dump", deadline=deadline)
+    r.ops = sock.raw("dump_ops_in_flight", deadline=deadline)
     now = time.monotonic()
+    r.network_cache = network
+    if network is not None and seen is not None and network.fresh(seen_pid, now, network_interval):
+        r.network_fetched = False
+    else:
+        # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
+        r.network = sock.command("dump_osd_network", value=0, deadline=deadline)
+        if network is not None:
+            network.pings = None  # until the collector parsed the reply
+            network.pid, network.fetched = seen_pid, now
     r.cache = cache
-    if seen is not None and cache.fresh(seen[0], now, interval):
+    if seen is not None and cache.fresh(seen_pid, now, interval):
         r.fetched = False
     else:
         r.config = sock.command("config show", deadline=deadline)
         r.version = sock.command("version", deadline=deadline)
         cache.config, cache.version = None, None  # until the collector parsed them
-        cache.pid = seen[0] if seen is not None else None
+        cache.pid = seen_pid
         cache.fetched = now
         cache.kv_wanted = kvstats.wanted(r.config)
         fsid = r.config.get("fsid") if isinstance(r.config, dict) else None
         cache.fsid = fsid if isinstance(fsid, str) else None
     if cache.kv_wanted:
         r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
-    # The process after the commands: a failure here must not fail the OSD.
+    # The pid for the process read (read_osd_process): a failure here must not fail the OSD.
     try:
         r.pid = sock.seen_peer_pid(deadline=deadline)
     except AsokError as exc:
@@ -119,18 +160,39 @@ def _query(
         r.process_note = (
             "the socket's peer pid is 0: the OSD runs in a pid namespace the exporter cannot see"
         )
-        return r
-    try:
-        r.process = read_process(fs, r.pid, state, files=files)
-    except ProcessGone as exc:
-        r.process_note = str(exc)
-    except (OSError, ParseError) as exc:
-        r.process_error = str(exc)
     return r
 
 
+def read_osd_process(
+    replies: _Replies, fs: HostFS, state: ProcessState, files: AttrFiles | None = None
+) -> None:
+    """Read the process of the OSD whose pid the round found, in the caller's thread.
+
+    Serially, after the parallel round: the thread statuses are read one ``pread`` each,
+    and every ``pread`` releases the interpreter lock; ten query threads taking it in
+    turns at each of an OSD's 50-100 reads cost more CPU than the reads themselves
+    (docs/performance.md, "OSD collector"). A failure is the OSD's process note or
+    error, never the OSD's.
+    """
+    if replies.pid is None or replies.process_error is not None:
+        return
+    try:
+        replies.process = read_process(fs, replies.pid, state, files=files)
+    except ProcessGone as exc:
+        replies.process_note = str(exc)
+    except (OSError, ParseError) as exc:
+        replies.process_error = str(exc)
+    except Exception as exc:  # as in the query pool: even a bug stays this OSD's
+        replies.process_error = f"reading pid {replies.pid}: {type(exc).__name__}: {exc}"
+
+
 def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
-    """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`."""
+    """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`, or
+    :class:`AsokError` (``AsokDecodeError``) for a reply that is no JSON."""
+    path = replies.path
+    histograms = decode_reply(replies.histograms, path, "perf histogram dump")
+    perf_dump = decode_reply(replies.perf, path, "perf dump")
+    ops = decode_reply(replies.ops, path, "dump_ops_in_flight")
     cache = replies.cache
     if not replies.fetched and cache is not None:
         facts.config, facts.version = cache.config, cache.version
@@ -138,18 +200,24 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
         facts.config = perf.parse_config(replies.config)
         facts.version = perf.parse_version(replies.version)
     assert facts.config is not None
-    facts.histograms = perf.parse_op_histograms(replies.histograms)
+    facts.histograms = perf.parse_op_histograms(histograms)
     # Counter names by the OSD's release, and what its release and object store should
     # have, from the table in ceph/counters.py.
     release = perf.version_tuple(facts.version) if facts.version else None
     facts.counters = perf.parse_perf_dump(
-        replies.perf,
+        perf_dump,
         release[0] if release is not None else None,
         facts.config.objectstore,
         facts.config.op_queue,
     )
-    facts.ops = perf.parse_ops_in_flight(replies.ops, facts.config.complaint_time)
-    facts.network = parse_osd_network(replies.network)
+    facts.ops = perf.parse_ops_in_flight(ops, facts.config.complaint_time)
+    network = replies.network_cache
+    if not replies.network_fetched and network is not None and network.pings is not None:
+        facts.network = network.pings
+    else:
+        facts.network = parse_osd_network(replies.network)
+        if network is not None:
+            network.pings = facts.network
     if replies.fetched and cache is not None:
         # Kept only once everything parsed: a bad reply is asked for again next scrape.
         cache.config, cache.version = facts.config, facts.version
@@ -170,11 +238,10 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
 
 def query_task(
     sock: AdminSocket,
-    fs: HostFS,
-    state: ProcessState,
     cache: ConfigCache,
     interval: float,
-    files: AttrFiles,
+    network: NetworkCache | None = None,
+    network_interval: float = 0.0,
 ) -> Any:
     """One OSD's round as a query pool task, which the pool calls with its deadline."""
-    return lambda deadline: _query(sock, deadline, fs, state, cache, interval, files)
+    return lambda deadline: _query(sock, deadline, cache, interval, network, network_interval)

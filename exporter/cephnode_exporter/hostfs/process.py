@@ -47,6 +47,7 @@ from cephnode_exporter.hostfs import (
     read_bytes,
 )
 from cephnode_exporter.hostfs.blockdev import OSDBlock
+from cephnode_exporter.hostfs.dmcrypt import Encryption
 
 # Clock ticks per second of /proc/<pid>/stat's times (USER_HZ; 100 on every Linux arch
 # that matters, but the kernel ABI says to ask).
@@ -208,12 +209,37 @@ def _line(data: bytes, key: bytes) -> bytes | None:
     return data[start : None if end < 0 else end].strip()
 
 
+# The three lines in the order fs/proc/array.c proc_pid_status() prints them:
+# task_cpus_allowed() (Cpus_allowed, Cpus_allowed_list), cpuset_task_status_allowed()
+# (Mems_allowed, Mems_allowed_list), then task_context_switch_counts() (voluntary and
+# nonvoluntary, one after the other). One search finds all three; a status in another
+# order (another kernel) takes the three separate searches below.
+_COUNTS_RE = re.compile(
+    rb"\nCpus_allowed_list:[ \t]*([^\n]*?)[ \t]*\n(?:[^\n]*\n)*?"
+    rb"voluntary_ctxt_switches:[ \t]*([0-9]+)[ \t]*\n"
+    rb"nonvoluntary_ctxt_switches:[ \t]*([0-9]+)[ \t]*(?:\n|$)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _cpus_bytes(cpulist: bytes) -> frozenset[int]:
+    """:func:`_cpus` of the raw line (no decoding for a list seen before)."""
+    return _cpus(cpulist.decode("ascii"))
+
+
 def _thread_counts(data: bytes) -> tuple[int, int, frozenset[int]] | None:
     """(voluntary, involuntary, allowed CPUs) of a thread's status, or None when any
     of the three lines is missing or malformed (then :func:`parse_status` reads it and
     names the fault). The fast path for the threads other than the leader, which give
-    nothing else: three searches of the raw bytes instead of decoding and splitting the
-    55 lines an OSD's 50-100 threads each print every scrape."""
+    nothing else: one search of the raw bytes instead of decoding and splitting the 55
+    lines an OSD's 50-100 threads each print every scrape."""
+    found = _COUNTS_RE.search(data)
+    if found is not None:
+        allowed, vol_b, invol_b = found.groups()
+        try:
+            return int(vol_b), int(invol_b), _cpus_bytes(allowed)
+        except ValueError:  # UnicodeDecodeError included
+            return None
     vol = _line(data, _VOLUNTARY)
     invol = _line(data, _INVOLUNTARY)
     allowed = _line(data, _CPUS_ALLOWED)
@@ -346,13 +372,18 @@ class ProcessState:
     change while the process runs; so is ``media``, the kind of the OSD's data disk
     (hostfs/blockdev.py ``block_media``), which the ``osd`` collector sets, and
     ``block``, its data directories and what ``find_osd_block`` found under them (the
-    device a running OSD has open does not change under it).
+    device a running OSD has open does not change under it), and ``encryption``, the
+    dm-crypt walk under that device (hostfs/dmcrypt.py; a device-mapper uuid is set
+    once, when its creator makes the mapping, and an open device is not torn down).
     """
 
     key: tuple[int, int] | None = None
+    # The (pid, tids) whose thread status files were last kept open (read_process).
+    listing: tuple[int, tuple[int, ...]] | None = None
     allocator: str | None = None
     media: str | None = None
     block: tuple[tuple[str, ...], OSDBlock | None, str | None] | None = None
+    encryption: Encryption | None = None
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
     retired: tuple[int, int] = (0, 0)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -361,6 +392,7 @@ class ProcessState:
         self.key, self.allocator, self.threads, self.retired = key, None, {}, (0, 0)
         self.media = None
         self.block = None
+        self.encryption = None
 
     def switches(self, current: dict[int, tuple[int, int]]) -> tuple[int, int]:
         """Fold this scrape's per-thread counts in; returns the monotonic totals."""
@@ -409,13 +441,17 @@ def read_process(
     # The distinct allowed-CPU sets (an OSD's threads share one or a few), joined below.
     allowed: set[frozenset[int]] = set()
     leader: ThreadStatus | None = None
-    paths = [os.path.join(task_dir, str(tid), "status") for tid in tids]
-    if files is not None:
+    prefix = task_dir + os.sep
+    paths = [f"{prefix}{tid}{os.sep}status" for tid in tids]
+    listing = (pid, tuple(tids))
+    if files is not None and listing != state.listing:
         if state.key is not None and state.key[0] != pid:
             files.close_under(fs.proc(str(state.key[0])) + os.sep)  # the previous process
-        # Threads gone since the last scrape; a file kept for a tid that a new thread
+        # Threads gone since the last listing (the same listing has no file to close:
+        # each of its files is one of its tids'); a file kept for a tid that a new thread
         # took reads as gone once (ESRCH) and is reopened at the next scrape.
-        files.close_under(task_dir + os.sep, keep=set(paths))
+        files.close_under(prefix, keep=set(paths))
+        state.listing = listing
     for tid, path in zip(tids, paths, strict=True):
         try:
             data = _read_status(files, path)
