@@ -8,10 +8,14 @@ ARGS ?=
 
 .PHONY: run test bench soak lint format deps venv golden dashboards mixin clean deb man
 
-# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml changes.
-$(VENV)/.stamp: pyproject.toml
+# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml,
+# setup.py or the compiled reader's source changes. The editable install compiles
+# hostfs/_fastread.c in place (gcc and the Python headers: python3-dev).
+FASTREAD := exporter/cephnode_exporter/hostfs/_fastread.c
+$(VENV)/.stamp: pyproject.toml setup.py $(FASTREAD)
 	@# Debian's python3 ships venv without ensurepip until python3-venv is installed.
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || tests/setup-debian.sh python3-venv
+	@command -v gcc >/dev/null && $(PYTHON) -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || tests/setup-debian.sh gcc python3-dev
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

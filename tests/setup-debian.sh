@@ -34,6 +34,10 @@ declare -A PROVIDES=(
   [python3-setuptools]=/usr/lib/python3/dist-packages/setuptools/__init__.py
   [python3-wheel]=/usr/lib/python3/dist-packages/wheel/__init__.py
   [lintian]=/usr/bin/lintian
+  # the compiled reader of the scrape's hot loops (exporter/.../hostfs/_fastread.c),
+  # built by `make venv` and in the Debian package
+  [gcc]=/usr/bin/gcc
+  [python3-dev]=/usr/include/python3.11/Python.h
   # man --warnings checks the man page (tests/test_packaging.py)
   [man-db]=/usr/bin/man
   # builds the monitoring mixin (alerts/mixin/, `make mixin`, tests/test_mixin.py)

@@ -1,0 +1,198 @@
+/*
+ * Batched reads of kept-open sysfs attribute files: the scrape's hot loops in C.
+ *
+ * A 96-CPU node has 1,728 cpuidle counter files (Documentation/ABI/testing/
+ * sysfs-devices-system-cpu, printed by drivers/cpuidle/sysfs.c with "%llu\n"); read from
+ * Python, each costs a call, a bytes object and an int() on top of its pread(2). Here one
+ * call preads a whole list of descriptors with the GIL released and parses the values.
+ *
+ * The contract, shared with the pure-Python fallback in batch.py: an entry is None
+ * whenever this code is not sure of the value (the read failed, the text is not a plain
+ * decimal integer, it does not fit in 64 bits); the caller then reads that file the
+ * ordinary way, which names the error. So nothing is accepted here that Python's int()
+ * would refuse, and nothing is reported wrongly: the worst case is a slower read.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A read longer than this is refused: the callers read a few bytes (64 for a counter). */
+#define MAX_SIZE 4096
+
+/* What one pread gave: its length, or -1 when it failed. */
+typedef struct {
+    ssize_t len;
+} result_t;
+
+/* The descriptors of a sequence of ints, or -1 (with an exception set) on a bad argument. */
+static Py_ssize_t collect_fds(PyObject *seq, int **out)
+{
+    PyObject *fast = PySequence_Fast(seq, "fds must be a sequence of ints");
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(items[i]);
+        if (fd == -1 && PyErr_Occurred()) {
+            PyMem_Free(fds);
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (fd < 0 || fd > INT32_MAX) {
+            PyMem_Free(fds);
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "descriptor out of range");
+            return -1;
+        }
+        fds[i] = (int)fd;
+    }
+    Py_DECREF(fast);
+    *out = fds;
+    return n;
+}
+
+/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. */
+static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, result_t *res)
+{
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ssize_t got;
+        do {
+            got = pread(fds[i], buf + i * size, (size_t)size, 0);
+        } while (got < 0 && errno == EINTR);
+        res[i].len = got;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+/* ASCII whitespace as Python's int() strips it (Py_ISSPACE). */
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* The decimal integer of text[0:len], or NULL (no exception) when it is not a plain one. */
+static PyObject *parse_int(const char *text, ssize_t len)
+{
+    ssize_t i = 0;
+    while (i < len && is_space(text[i]))
+        i++;
+    int negative = 0;
+    if (i < len && (text[i] == '-' || text[i] == '+')) {
+        negative = text[i] == '-';
+        i++;
+    }
+    uint64_t value = 0;
+    ssize_t digits = 0;
+    for (; i < len && text[i] >= '0' && text[i] <= '9'; i++, digits++) {
+        uint64_t d = (uint64_t)(text[i] - '0');
+        if (value > (UINT64_MAX - d) / 10)
+            return NULL; /* beyond 64 bits: Python decides */
+        value = value * 10 + d;
+    }
+    while (i < len && is_space(text[i]))
+        i++;
+    if (digits == 0 || i != len)
+        return NULL;
+    if (!negative)
+        return PyLong_FromUnsignedLongLong(value);
+    if (value > (uint64_t)INT64_MAX)
+        return NULL;
+    return PyLong_FromLongLong(-(int64_t)value);
+}
+
+/* Shared driver: read every descriptor, then build each entry with make(). */
+static PyObject *batch(PyObject *args, PyObject *(*make)(const char *, ssize_t))
+{
+    PyObject *seq;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "On", &seq, &size))
+        return NULL;
+    if (size < 1 || size > MAX_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "size must be between 1 and 4096");
+        return NULL;
+    }
+    int *fds;
+    Py_ssize_t n = collect_fds(seq, &fds);
+    if (n < 0)
+        return NULL;
+    char *buf = PyMem_Malloc((size_t)(n > 0 ? n : 1) * (size_t)size);
+    result_t *res = PyMem_Malloc(sizeof(result_t) * (size_t)(n > 0 ? n : 1));
+    PyObject *out = NULL;
+    if (buf == NULL || res == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    read_all(fds, n, buf, size, res);
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = NULL;
+        if (res[i].len >= 0) {
+            item = make(buf + i * size, res[i].len);
+            if (item == NULL && PyErr_Occurred()) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        if (item == NULL)
+            item = Py_NewRef(Py_None);
+        PyList_SET_ITEM(out, i, item);
+    }
+done:
+    PyMem_Free(res);
+    PyMem_Free(buf);
+    PyMem_Free(fds);
+    return out;
+}
+
+static PyObject *make_bytes(const char *text, ssize_t len)
+{
+    return PyBytes_FromStringAndSize(text, len);
+}
+
+static PyObject *pread_ints(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return batch(args, parse_int);
+}
+
+static PyObject *pread_bytes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return batch(args, make_bytes);
+}
+
+static PyMethodDef methods[] = {
+    {"pread_ints", pread_ints, METH_VARARGS,
+     "pread_ints(fds, size) -> list: each descriptor's first size bytes as a decimal "
+     "integer, None where the read failed or the text is not a plain 64-bit integer."},
+    {"pread_bytes", pread_bytes, METH_VARARGS,
+     "pread_bytes(fds, size) -> list: each descriptor's first size bytes, None where "
+     "the read failed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastread",
+    "Batched pread(2) of kept-open sysfs attributes (see batch.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastread(void)
+{
+    return PyModule_Create(&module);
+}

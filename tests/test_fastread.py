@@ -1,0 +1,217 @@
+"""The compiled batched reader gives what the pure-Python one gives, and hands over faults.
+
+``hostfs/batch.py`` serves the hot loops' kept-open reads from ``_fastread.c`` when it
+is built, from Python otherwise. These tests read real files (a fixture tree, a file
+rewritten with garbage, a closed descriptor, ``/proc/self/mem``, whose read at address 0
+fails with EIO: fs/proc/base.c ``mem_rw``) through both, and check that a reader built
+on either gives the same facts and names the same errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cephnode_exporter.hostfs import HostFS, batch
+from cephnode_exporter.hostfs import cpuidle as cpuidle_mod
+from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+
+from tests.conftest import MakeTree, Tree, need
+
+CPU = "devices/system/cpu"
+Reader = Callable[[Sequence[int], int], list[Any]]
+
+
+def _compiled() -> Any:
+    need(
+        batch.IMPLEMENTATION == "compiled",
+        f"the compiled reader is not built ({batch.UNAVAILABLE}); `make venv` builds it "
+        "with gcc and the Python headers (tests/setup-debian.sh gcc python3-dev)",
+    )
+    from cephnode_exporter.hostfs import _fastread  # type: ignore[attr-defined]
+
+    return _fastread
+
+
+@pytest.fixture
+def fds(tmp_path: Path) -> Iterator[dict[str, int]]:
+    """Descriptors of files with the contents the kernel writes and some it never does."""
+    texts = {
+        "zero": "0\n",
+        "counter": "123456789\n",
+        "u64max": f"{2**64 - 1}\n",
+        "beyond": f"{2**64}\n",
+        "negative": "-5\n",
+        "spaces": "  42 \n",
+        "empty": "",
+        "garbage": "12ab\n",
+        "inner-space": "1 2\n",
+        "sign-only": "-\n",
+        "nul": "7\x00\n",
+    }
+    out = {}
+    for name, text in texts.items():
+        path = tmp_path / name
+        path.write_text(text)
+        out[name] = os.open(path, os.O_RDONLY)
+    out["eio"] = os.open("/proc/self/mem", os.O_RDONLY)
+    out["directory"] = os.open(tmp_path, os.O_RDONLY)
+    closed = os.open(tmp_path / "zero", os.O_RDONLY)
+    os.close(closed)
+    out["closed"] = closed
+    try:
+        yield out
+    finally:
+        for name, fd in out.items():
+            if name != "closed":
+                os.close(fd)
+
+
+EXPECTED = {
+    "zero": 0,
+    "counter": 123456789,
+    "u64max": 2**64 - 1,
+    "negative": -5,
+    "spaces": 42,
+}
+
+
+def test_pread_ints_compiled_and_python_agree(fds: dict[str, int]) -> None:
+    fast = _compiled()
+    names = list(fds)
+    order = [fds[n] for n in names]
+    compiled = dict(zip(names, fast.pread_ints(order, 64), strict=True))
+    python = dict(zip(names, batch.pread_ints_python(order, 64), strict=True))
+    for name in names:
+        want = EXPECTED.get(name)
+        assert compiled[name] == want, name
+        if name != "beyond":  # Python's int() takes 2**64; the compiled one hands it over
+            assert python[name] == want, name
+    assert python["beyond"] == 2**64 and compiled["beyond"] is None
+    # Every failure is a None, never an exception or a wrong value, in both.
+    for name in ("eio", "directory", "closed", "empty", "garbage", "inner-space", "nul"):
+        assert compiled[name] is None and python[name] is None, name
+
+
+def test_pread_bytes_compiled_and_python_agree(fds: dict[str, int]) -> None:
+    fast = _compiled()
+    order = list(fds.values())
+    for size in (1, 4, 64):
+        assert fast.pread_bytes(order, size) == batch.pread_bytes_python(order, size)
+    assert fast.pread_bytes([fds["counter"]], 4) == [b"1234"]
+
+
+def test_pread_refuses_bad_arguments() -> None:
+    fast = _compiled()
+    for bad in ([-1], ["3"], [2**40]):
+        with pytest.raises((ValueError, TypeError, OverflowError)):
+            fast.pread_ints(bad, 64)
+    for size in (0, 4097):
+        with pytest.raises(ValueError):
+            fast.pread_ints([0], size)
+    assert fast.pread_ints([], 64) == []
+
+
+def _reader_on(tree: Tree, impl: Reader, monkeypatch: pytest.MonkeyPatch) -> CPUIdleReader:
+    monkeypatch.setattr(cpuidle_mod, "pread_ints", impl)
+    return CPUIdleReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)))
+
+
+def _facts(idle: Any) -> tuple[Any, ...]:
+    per_state = {
+        (cpu, s.info.name): (s.time_us, s.usage, s.above, s.below, s.rejected, s.disabled)
+        for cpu, samples in idle.cpus.items()
+        for s in samples
+    }
+    return per_state, sorted(idle.errors.items), idle.unread
+
+
+def test_cpuidle_on_either_reader_gives_the_same_facts_and_errors(
+    make_tree: MakeTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _compiled()
+    tree = make_tree("epyc9454p-detuned")
+    fast = _reader_on(tree, batch.pread_ints, monkeypatch)
+    slow = CPUIdleReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)))
+    slow_read = batch.pread_ints_python
+
+    def both() -> tuple[Any, Any]:
+        a = fast.read()
+        monkeypatch.setattr(cpuidle_mod, "pread_ints", slow_read)
+        b = slow.read()
+        monkeypatch.setattr(cpuidle_mod, "pread_ints", batch.pread_ints)
+        return _facts(a), _facts(b)
+
+    for _ in range(2):  # the first read is file by file, the second batched
+        a, b = both()
+        assert a == b and not a[1]
+    assert len(fast._fast) == len(slow._fast) == 96 * 3
+    state = tree.sys / CPU / "cpu7/cpuidle/state2"
+    usage = int((state / "usage").read_text())
+    # Garbage in one counter, a fallen one in another: the batched path hands both
+    # states to the file-by-file read, which names the errors alike on both readers.
+    (state / "usage").write_text("12ab\n")
+    (tree.sys / CPU / "cpu9/cpuidle/state1/above").write_text("0\n")
+    a, b = both()
+    assert a == b
+    assert any("cpu7/cpuidle/state2/usage: not an integer" in e for e in a[1]), a[1]
+    assert any("cpu9/cpuidle/state1/above: counter fell" in e for e in a[1]), a[1]
+    assert a[0][(7, "C2")][1] is None and a[0][(7, "C2")][0] is not None
+    # Repaired, both read it again (and batched once clean).
+    (state / "usage").write_text(f"{usage + 1}\n")
+    a, b = both()
+    assert a == b and a[0][(7, "C2")][1] == usage + 1
+
+
+def test_cpuidle_batched_read_hands_eio_to_the_named_read(
+    make_tree: MakeTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An EIO on a kept-open descriptor (the descriptor swapped for one of
+    /proc/self/mem) and a file that is no longer one (swapped for a directory: EISDIR)
+    leave their states to the file-by-file read, which names the error, on either
+    reader; the states' other counters stay."""
+    tree = make_tree("epyc9454p-detuned")
+    for impl in (batch.pread_ints, batch.pread_ints_python):
+        reader = _reader_on(tree, impl, monkeypatch)
+        reader.read()
+        reader.read()
+        mem = os.open("/proc/self/mem", os.O_RDONLY)
+        folder = os.open(tree.sys, os.O_RDONLY)
+        try:
+            os.dup2(mem, reader._fast[(4, 1)].fds[0])  # time
+            os.dup2(folder, reader._fast[(6, 2)].fds[1])  # usage
+            idle = reader.read()
+        finally:
+            os.close(mem)
+            os.close(folder)
+        errors = idle.errors.items
+        assert len(errors) == 2, errors
+        assert any("cpu4/cpuidle/state1/time" in e and "Input/output error" in e for e in errors)
+        assert any("cpu6/cpuidle/state2/usage" in e and "Is a directory" in e for e in errors)
+        assert idle.cpus[4][1].time_us is None and idle.cpus[4][1].usage is not None
+        assert idle.cpus[6][2].usage is None and idle.cpus[6][2].time_us is not None
+        assert (4, 1) not in reader._fast and (6, 2) not in reader._fast
+        # The failed descriptors were closed; the next read opens the paths afresh.
+        again = reader.read()
+        assert not again.errors.items
+        assert again.cpus[4][1].time_us is not None and again.cpus[6][2].usage is not None
+        reader.close()
+
+
+def test_fallback_when_the_compiled_reader_is_missing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "cephnode_exporter.hostfs._fastread", None)
+    ints, raw, why = batch._load()
+    assert ints is batch.pread_ints_python and raw is batch.pread_bytes_python
+    assert why and "_fastread" in why
+    monkeypatch.setattr(batch, "UNAVAILABLE", why)
+    with caplog.at_level(logging.DEBUG, logger="cephnode_exporter"):
+        batch.log_implementation()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "pure-Python" in caplog.records[0].getMessage()
