@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
-from cephnode_exporter import logs
+from cephnode_exporter.logs import kv
 
 log = logging.getLogger("cephnode_exporter")
 
@@ -90,7 +90,7 @@ def log_implementation() -> None:
     if UNAVAILABLE:
         log.warning(
             "compiled reader unavailable, using the pure-Python reads",
-            extra=logs.kv(err=UNAVAILABLE),
+            extra=kv(err=UNAVAILABLE),
         )
     else:
-        log.debug("compiled reader loaded", extra=logs.kv(module="_fastread"))
+        log.debug("compiled reader loaded", extra=kv(module="_fastread"))
