@@ -108,9 +108,12 @@ def test_pread_bytes_compiled_and_python_agree(fds: dict[str, int]) -> None:
 
 def test_pread_refuses_bad_arguments() -> None:
     fast = _compiled()
-    for bad in ([-1], ["3"], [2**40]):
+    for bad in ([-2], ["3"], [2**40]):
         with pytest.raises((ValueError, TypeError, OverflowError)):
             fast.pread_ints(bad, 64)
+    # -1 is "no descriptor kept" (AttrFiles.read_many): None, never a read.
+    assert fast.pread_ints([-1], 64) == batch.pread_ints_python([-1], 64) == [None]
+    assert fast.pread_bytes([-1], 64) == batch.pread_bytes_python([-1], 64) == [None]
     for size in (0, 4097):
         with pytest.raises(ValueError):
             fast.pread_ints([0], size)

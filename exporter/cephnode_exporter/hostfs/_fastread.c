@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A read longer than this is refused: the callers read a few bytes (64 for a counter). */
@@ -50,25 +51,33 @@ static Py_ssize_t collect_fds(PyObject *seq, int **out)
             Py_DECREF(fast);
             return -1;
         }
-        if (fd < 0 || fd > INT32_MAX) {
+        if (fd < -1 || fd > INT32_MAX) {
             PyMem_Free(fds);
             Py_DECREF(fast);
             PyErr_SetString(PyExc_ValueError, "descriptor out of range");
             return -1;
         }
-        fds[i] = (int)fd;
+        fds[i] = (int)fd; /* -1: no descriptor, its entry is None */
     }
     Py_DECREF(fast);
     *out = fds;
     return n;
 }
 
-/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. */
-static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, result_t *res)
+/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. With
+ * recheck, a descriptor whose file was unlinked (st_nlink 0: a file replaced in a copied
+ * tree) or whose fstat fails is not read: the caller's plain read reopens the path. */
+static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, result_t *res,
+                     int recheck)
 {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        ssize_t got;
+        ssize_t got = -1;
+        struct stat st;
+        if (fds[i] < 0 || (recheck && (fstat(fds[i], &st) != 0 || st.st_nlink == 0))) {
+            res[i].len = -1;
+            continue;
+        }
         do {
             got = pread(fds[i], buf + i * size, (size_t)size, 0);
         } while (got < 0 && errno == EINTR);
@@ -118,7 +127,8 @@ static PyObject *batch(PyObject *args, PyObject *(*make)(const char *, ssize_t))
 {
     PyObject *seq;
     Py_ssize_t size;
-    if (!PyArg_ParseTuple(args, "On", &seq, &size))
+    int recheck = 0;
+    if (!PyArg_ParseTuple(args, "On|p", &seq, &size, &recheck))
         return NULL;
     if (size < 1 || size > MAX_SIZE) {
         PyErr_SetString(PyExc_ValueError, "size must be between 1 and 4096");
@@ -135,7 +145,7 @@ static PyObject *batch(PyObject *args, PyObject *(*make)(const char *, ssize_t))
         PyErr_NoMemory();
         goto done;
     }
-    read_all(fds, n, buf, size, res);
+    read_all(fds, n, buf, size, res, recheck);
     out = PyList_New(n);
     if (out == NULL)
         goto done;
@@ -178,11 +188,13 @@ static PyObject *pread_bytes(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"pread_ints", pread_ints, METH_VARARGS,
-     "pread_ints(fds, size) -> list: each descriptor's first size bytes as a decimal "
-     "integer, None where the read failed or the text is not a plain 64-bit integer."},
+     "pread_ints(fds, size, recheck=False) -> list: each descriptor's first size bytes "
+     "as a decimal integer, None where the descriptor is -1, the read failed or the text "
+     "is not a plain 64-bit integer; with recheck also where the file was unlinked."},
     {"pread_bytes", pread_bytes, METH_VARARGS,
-     "pread_bytes(fds, size) -> list: each descriptor's first size bytes, None where "
-     "the read failed."},
+     "pread_bytes(fds, size, recheck=False) -> list: each descriptor's first size bytes, "
+     "None where the descriptor is -1 or the read failed; with recheck also where the "
+     "file was unlinked."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,10 +7,10 @@ between scrapes (the cpuidle counters: 1,728 files on a 96-CPU node). From Pytho
 the GIL released and parses the values in C.
 
 Both functions promise the same thing, compiled or not: an entry is ``None`` where the
-read failed or the text is not a plain decimal integer (for :func:`pread_ints`); the
-caller reads that file the ordinary way, which names the error. The compiled path may
-give ``None`` where the Python one gives a value (``int()`` also takes ``1_000``); never
-a value where Python would fail.
+descriptor is -1 (none kept), the read failed or the text is not a plain decimal integer
+(for :func:`pread_ints`); the caller reads that file the ordinary way, which names the
+error. The compiled path may give ``None`` where the Python one gives a value (``int()``
+also takes ``1_000``); never a value where Python would fail.
 """
 
 from __future__ import annotations
@@ -28,26 +28,42 @@ log = logging.getLogger("cephnode_exporter")
 COUNTER_BYTES = 64
 
 
-def pread_ints_python(fds: Sequence[int], size: int = COUNTER_BYTES) -> list[int | None]:
+def _unlinked(fd: int) -> bool:
+    """recheck: the file is gone from the tree (or its descriptor is no good)."""
+    try:
+        return os.fstat(fd).st_nlink == 0
+    except OSError:
+        return True
+
+
+def pread_ints_python(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
     """The pure-Python :func:`pread_ints`."""
     pread = os.pread
     out: list[int | None] = []
     append = out.append
     for fd in fds:
         try:
+            if recheck and _unlinked(fd):
+                append(None)
+                continue
             append(int(pread(fd, size, 0)))
         except (OSError, ValueError):
             append(None)
     return out
 
 
-def pread_bytes_python(fds: Sequence[int], size: int) -> list[bytes | None]:
+def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> list[bytes | None]:
     """The pure-Python :func:`pread_bytes`."""
     pread = os.pread
     out: list[bytes | None] = []
     append = out.append
     for fd in fds:
         try:
+            if recheck and _unlinked(fd):
+                append(None)
+                continue
             append(pread(fd, size, 0))
         except OSError:
             append(None)
@@ -55,8 +71,8 @@ def pread_bytes_python(fds: Sequence[int], size: int) -> list[bytes | None]:
 
 
 def _load() -> tuple[
-    Callable[[Sequence[int], int], list[int | None]],
-    Callable[[Sequence[int], int], list[bytes | None]],
+    Callable[[Sequence[int], int, bool], list[int | None]],
+    Callable[[Sequence[int], int, bool], list[bytes | None]],
     str | None,
 ]:
     """The compiled functions, or the Python ones and why the compiled are missing."""
@@ -72,16 +88,19 @@ _ints, _bytes, UNAVAILABLE = _load()
 IMPLEMENTATION = "python" if UNAVAILABLE else "compiled"
 
 
-def pread_ints(fds: Sequence[int], size: int = COUNTER_BYTES) -> list[int | None]:
+def pread_ints(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
     """Each descriptor's first ``size`` bytes at offset 0 as a decimal integer, in order;
-    None where the read failed or the text is no plain integer."""
-    return _ints(fds, size)
+    None where the read failed or the text is no plain integer, and with ``recheck``
+    where the file was unlinked (AttrFiles' recheck: the caller reopens it)."""
+    return _ints(fds, size, recheck)
 
 
-def pread_bytes(fds: Sequence[int], size: int) -> list[bytes | None]:
+def pread_bytes(fds: Sequence[int], size: int, recheck: bool = False) -> list[bytes | None]:
     """Each descriptor's first ``size`` bytes at offset 0, in order; None where the read
-    failed."""
-    return _bytes(fds, size)
+    failed, and with ``recheck`` where the file was unlinked."""
+    return _bytes(fds, size, recheck)
 
 
 def log_implementation() -> None:
