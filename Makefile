@@ -91,14 +91,14 @@ dashboards:
 	$(PYTHON) dashboards/generate.py
 
 # --- Debian package (deploy/debian/, docs/packaging.md) ----------------------------------
-# `make deb` builds cephnode-exporter_<version>_all.deb in this directory: dpkg-buildpackage
+# `make deb` builds cephnode-exporter_<version>_<arch>.deb in this directory: dpkg-buildpackage
 # (dh with pybuild, Debian 12's own python3 and libraries) in a copy of the checkout under
 # build/deb, then lintian, whose errors fail it. Install the result on a Debian 12 node
 # with `apt install ./cephnode-exporter_*.deb`. tests/test_deb.py builds it and installs
 # it into a fresh Debian 12 chroot.
 # Only the build tools (not the whole suite's list of `deps`).
-DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all \
-	python3-setuptools python3-wheel lintian
+DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-all-dev \
+	build-essential python3-setuptools python3-wheel lintian
 deb:
 	tests/setup-debian.sh $(DEB_TOOLS)
 	deploy/build-deb.sh

@@ -31,6 +31,9 @@ declare -A PROVIDES=(
   [dh-python]=/usr/bin/dh_python3
   [pybuild-plugin-pyproject]=/usr/share/dh-python/dhpython/build/plugin_pyproject.py
   [python3-all]=/usr/share/doc/python3-all/copyright
+  # the compiled reader's headers for every supported Python, and gcc (build-essential)
+  [python3-all-dev]=/usr/share/doc/python3-all-dev/copyright
+  [build-essential]=/usr/share/build-essential/list
   [python3-setuptools]=/usr/lib/python3/dist-packages/setuptools/__init__.py
   [python3-wheel]=/usr/lib/python3/dist-packages/wheel/__init__.py
   [lintian]=/usr/bin/lintian

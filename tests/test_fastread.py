@@ -218,3 +218,136 @@ def test_fallback_when_the_compiled_reader_is_missing(
         batch.log_implementation()
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "pure-Python" in caplog.records[0].getMessage()
+
+
+# --- the other batched readers: AttrFiles.read_many and its users --------------------------
+
+
+def test_attr_files_read_many(tmp_path: Path) -> None:
+    from cephnode_exporter.hostfs import BATCH_PAGE, AttrFiles
+
+    small, page, other = tmp_path / "small", tmp_path / "page", tmp_path / "other"
+    small.write_text("performance\n")
+    page.write_bytes(b"x" * BATCH_PAGE)
+    other.write_text("7\n")
+    files = AttrFiles(16, recheck=True)
+    paths = [str(small), str(page), str(other)]
+    # Nothing kept yet: every entry is for the plain read, which keeps the file.
+    assert files.read_many(paths, BATCH_PAGE) == [None, None, None]
+    for p in paths:
+        files.read_bytes(p, 64)
+    # A page-long read goes to the plain path, which bounds it and names the error.
+    assert files.read_many(paths, BATCH_PAGE) == [b"performance\n", None, b"7\n"]
+    assert files.read_many_ints(paths) == [None, None, 7]
+    # recheck: a file replaced in the tree is not read through the old descriptor.
+    other.unlink()
+    other.write_text("8\n")
+    assert files.read_many_ints(paths)[2] is None
+    assert files.read_int(str(other)) == 8
+    assert files.read_many_ints(paths)[2] == 8
+    files.close_all()
+
+
+def _cpu_facts(fs: HostFS, files: Any) -> tuple[Any, ...]:
+    from cephnode_exporter.hostfs import ReadErrors
+    from cephnode_exporter.hostfs.cpufreq import read_cpufreq
+    from cephnode_exporter.hostfs.cpuhw import read_frequencies
+    from cephnode_exporter.hostfs.firmware import read_microcode
+    from cephnode_exporter.hostfs.nvme import read_block_queue
+    from cephnode_exporter.hostfs.pci import DeviceAttrs
+
+    freq = read_cpufreq(fs, files[0])
+    errors = ReadErrors()
+    hertz = read_frequencies(fs, errors, files[1])
+    micro = read_microcode(fs, errors, files[2])
+    attrs = DeviceAttrs(fs.sys("block", "nvme0n1"), files[3])
+    queue = read_block_queue(attrs)
+    return (
+        freq.cpus,
+        freq.unread,
+        sorted(freq.errors.items),
+        hertz,
+        micro,
+        sorted(errors.items),
+        queue,
+        attrs.errors.items,
+    )
+
+
+@pytest.mark.parametrize("impl", ["compiled", "python"])
+def test_batched_readers_give_the_plain_reads_and_name_the_same_errors(
+    make_tree: MakeTree, monkeypatch: pytest.MonkeyPatch, impl: str
+) -> None:
+    """cpufreq, the achieved frequencies, the microcode and an NVMe namespace's queue
+    read through kept files (batched from the second read on) give what reads without
+    kept files give, on either reader, also when a file turns bad."""
+    from cephnode_exporter import hostfs
+    from cephnode_exporter.hostfs import AttrFiles
+
+    if impl == "compiled":
+        _compiled()
+    else:
+        monkeypatch.setattr(hostfs, "pread_bytes", batch.pread_bytes_python)
+        monkeypatch.setattr(hostfs, "pread_ints", batch.pread_ints_python)
+    tree = make_tree("epyc9454p-detuned")
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+    kept = [AttrFiles(4096, recheck=True), AttrFiles(4096), AttrFiles(4096)]
+    kept.append(AttrFiles(4096, recheck=True))
+    plain = [None, None, None, None]
+    first = _cpu_facts(fs, kept)
+    assert first == _cpu_facts(fs, kept) == _cpu_facts(fs, plain)
+    assert not first[2] and not first[5] and not first[7]
+    cpu = tree.sys / "devices/system/cpu"
+    (cpu / "cpu3/cpufreq/scaling_governor").write_text("\n")  # empty: an error
+    (cpu / "cpu4/cpufreq/scaling_governor").write_text("performance\n")
+    (cpu / "cpu5/cpufreq/scaling_cur_freq").write_text("fast\n")
+    (cpu / "cpu6/cpufreq/scaling_cur_freq").write_text("2000000\n")
+    (cpu / "cpu7/microcode/version").write_text("0xZZ\n")
+    queue = tree.sys / "block/nvme0n1/queue"
+    (queue / "nr_requests").write_text("lots\n")
+    (queue / "scheduler").write_text("[mq-deadline] none\n")
+    again = _cpu_facts(fs, kept)
+    assert again == _cpu_facts(fs, plain)
+    assert again[0][4].governor == "performance" and 3 not in again[0]
+    assert any("cpu3/cpufreq/scaling_governor: empty" in e for e in again[2])
+    assert 2e9 in again[3].hertz
+    assert any("cpu5/cpufreq/scaling_cur_freq" in e for e in again[5])
+    assert again[4] == (None, "sysfs")
+    assert any("cpu7/microcode/version" in e for e in again[5])
+    assert again[6].nr_requests is None and again[6].scheduler == "mq-deadline"
+    assert any("nr_requests" in e for e in again[7])
+    for files in kept:
+        files.close_all()
+
+
+def test_irq_batched_effective_lists_follow_changes_and_name_errors(
+    make_tree: MakeTree,
+) -> None:
+    from cephnode_exporter.hostfs.irq import IRQReader, pci_devices, read_device
+
+    tree = make_tree("epyc9454p-detuned")
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+
+    def scrape(reader: IRQReader) -> dict[str, tuple[Any, Any]]:
+        seen: set[int] = set()
+        out = {}
+        for name, kind, bdf, pci_dir in pci_devices(fs):
+            dev = read_device(reader, name, kind, bdf, pci_dir, seen)
+            out[name] = (dev.irqs, dict(dev.unread))
+        return out
+
+    kept = IRQReader(fs)
+    first = scrape(kept)
+    assert scrape(kept) == first == scrape(IRQReader(fs))
+    batched = sorted(kept._last)  # read through the batch on the second scrape
+    assert batched, "no vector was read through the batch"
+    moved, bad = batched[0], batched[-1]
+    (tree.proc / "irq" / str(moved) / "effective_affinity_list").write_text("17\n")
+    (tree.proc / "irq" / str(bad) / "effective_affinity_list").write_text("1-x\n")
+    again = scrape(kept)
+    assert again == scrape(IRQReader(fs))
+    irqs = {i.number: i for irqs, _ in again.values() for i in irqs}
+    assert irqs[moved].effective == frozenset({17})
+    unread = {n: e for _, u in again.values() for n, e in u.items()}
+    assert bad not in irqs and f"/irq/{bad}/effective_affinity_list" in unread[bad]
+    kept.close()

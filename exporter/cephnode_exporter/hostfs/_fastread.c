@@ -64,12 +64,15 @@ static Py_ssize_t collect_fds(PyObject *seq, int **out)
     return n;
 }
 
-/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. With
+/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. Each
+ * read goes through a buffer of known size, so that _FORTIFY_SOURCE checks it
+ * (__pread_chk; Debian builds with it, lintian hardening-no-fortify-functions). With
  * recheck, a descriptor whose file was unlinked (st_nlink 0: a file replaced in a copied
  * tree) or whose fstat fails is not read: the caller's plain read reopens the path. */
 static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, result_t *res,
                      int recheck)
 {
+    char one[MAX_SIZE];
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         ssize_t got = -1;
@@ -79,8 +82,10 @@ static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, r
             continue;
         }
         do {
-            got = pread(fds[i], buf + i * size, (size_t)size, 0);
+            got = pread(fds[i], one, (size_t)size, 0);
         } while (got < 0 && errno == EINTR);
+        if (got > 0)
+            memcpy(buf + i * size, one, (size_t)got);
         res[i].len = got;
     }
     Py_END_ALLOW_THREADS
