@@ -446,10 +446,7 @@ def remote_irqs(dev: DeviceIRQs, node_cpus: dict[int, frozenset[int]] | None) ->
 
 def effective_cpus(dev: DeviceIRQs) -> frozenset[int]:
     """Every CPU that serves at least one of the device's interrupts."""
-    out: set[int] = set()
-    for irq in dev.irqs:
-        out |= irq.effective
-    return frozenset(out)
+    return frozenset().union(*[irq.effective for irq in dev.irqs])
 
 
 def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int | None]:
