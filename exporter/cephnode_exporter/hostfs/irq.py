@@ -172,7 +172,7 @@ class IRQReader:
         self.vectors: dict[str, tuple[list[str], list[int]]] = {}
         # Per class device link: the two symlinks behind it and the PCI function they
         # led to (see pci_devices).
-        self.links: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] = {}
+        self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] = {}
 
     def _paths(self, number: int) -> tuple[str, str]:
         base = f"{self._root}/{number}"
@@ -348,26 +348,32 @@ def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
     return None
 
 
-def _links(path: str) -> tuple[str, str] | None:
-    """The targets of a class device's symlink and of its ``device`` link, or None
-    when either is no symlink."""
+def _links(path: str) -> tuple[str, str | None] | None:
+    """The targets of a class device's symlink and of its ``device`` link (None
+    without one: a virtual device such as ``lo`` has no parent, drivers/base/core.c
+    get_device_parent), or None when the class entry is no symlink."""
     try:
-        return os.readlink(path), os.readlink(os.path.join(path, "device"))
+        target = os.readlink(path)
     except OSError:
         return None
+    try:
+        return target, os.readlink(os.path.join(path, "device"))
+    except OSError:
+        return target, None
 
 
 def pci_devices(
     fs: HostFS,
-    cache: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] | None = None,
+    cache: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] | None = None,
 ) -> list[tuple[str, str, str, str]]:
     """(name, kind, BDF, PCI directory) of every NVMe controller and network port on
     PCI, NVMe first, each PCI function once (the first netdev by name when several
     share one, as switchdev representors or multi-port functions do).
 
     With ``cache`` (IRQReader.links) a device whose class link and ``device`` link
-    read as at the last scrape is taken to lead where it led then: two readlinks
-    instead of resolving the whole path (a dozen lstats each)."""
+    (or its absence, as on a virtual device) read as at the last scrape is taken to
+    lead where it led then: two readlinks instead of resolving the whole path (a dozen
+    lstats each)."""
     out: list[tuple[str, str, str, str]] = []
     seen: set[str] = set()
     for kind, cls in (("nvme", "nvme"), ("net", "net")):
