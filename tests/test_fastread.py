@@ -98,6 +98,18 @@ def test_pread_ints_compiled_and_python_agree(fds: dict[str, int]) -> None:
         assert compiled[name] is None and python[name] is None, name
 
 
+def test_pread_counters_give_only_u64_values(fds: dict[str, int]) -> None:
+    fast = _compiled()
+    names = list(fds)
+    order = [fds[n] for n in names]
+    compiled = dict(zip(names, fast.pread_counters(order, 64), strict=True))
+    python = dict(zip(names, batch.pread_counters_python(order, 64), strict=True))
+    assert compiled == python
+    assert compiled["negative"] is None and compiled["beyond"] is None
+    assert compiled["u64max"] == 2**64 - 1 and compiled["zero"] == 0
+    assert compiled["counter"] == 123456789 and compiled["eio"] is None
+
+
 def test_pread_bytes_compiled_and_python_agree(fds: dict[str, int]) -> None:
     fast = _compiled()
     order = list(fds.values())
@@ -121,7 +133,7 @@ def test_pread_refuses_bad_arguments() -> None:
 
 
 def _reader_on(tree: Tree, impl: Reader, monkeypatch: pytest.MonkeyPatch) -> CPUIdleReader:
-    monkeypatch.setattr(cpuidle_mod, "pread_ints", impl)
+    monkeypatch.setattr(cpuidle_mod, "pread_counters", impl)
     return CPUIdleReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)))
 
 
@@ -139,15 +151,15 @@ def test_cpuidle_on_either_reader_gives_the_same_facts_and_errors(
 ) -> None:
     _compiled()
     tree = make_tree("epyc9454p-detuned")
-    fast = _reader_on(tree, batch.pread_ints, monkeypatch)
+    fast = _reader_on(tree, batch.pread_counters, monkeypatch)
     slow = CPUIdleReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)))
-    slow_read = batch.pread_ints_python
+    slow_read = batch.pread_counters_python
 
     def both() -> tuple[Any, Any]:
         a = fast.read()
-        monkeypatch.setattr(cpuidle_mod, "pread_ints", slow_read)
+        monkeypatch.setattr(cpuidle_mod, "pread_counters", slow_read)
         b = slow.read()
-        monkeypatch.setattr(cpuidle_mod, "pread_ints", batch.pread_ints)
+        monkeypatch.setattr(cpuidle_mod, "pread_counters", batch.pread_counters)
         return _facts(a), _facts(b)
 
     for _ in range(2):  # the first read is file by file, the second batched
@@ -179,7 +191,7 @@ def test_cpuidle_batched_read_hands_eio_to_the_named_read(
     leave their states to the file-by-file read, which names the error, on either
     reader; the states' other counters stay."""
     tree = make_tree("epyc9454p-detuned")
-    for impl in (batch.pread_ints, batch.pread_ints_python):
+    for impl in (batch.pread_counters, batch.pread_counters_python):
         reader = _reader_on(tree, impl, monkeypatch)
         reader.read()
         reader.read()
@@ -210,8 +222,9 @@ def test_fallback_when_the_compiled_reader_is_missing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "cephnode_exporter.hostfs._fastread", None)
-    ints, raw, why = batch._load()
+    ints, counters, raw, why = batch._load()
     assert ints is batch.pread_ints_python and raw is batch.pread_bytes_python
+    assert counters is batch.pread_counters_python
     assert why and "_fastread" in why
     monkeypatch.setattr(batch, "UNAVAILABLE", why)
     with caplog.at_level(logging.DEBUG, logger="cephnode_exporter"):

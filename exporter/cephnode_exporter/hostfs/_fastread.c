@@ -174,6 +174,16 @@ done:
     return out;
 }
 
+/* As parse_int, and NULL for a negative value: a u64 counter as the kernel prints it
+ * (drivers/cpuidle/sysfs.c "%llu"), so the caller need not check the range. */
+static PyObject *parse_counter(const char *text, ssize_t len)
+{
+    for (ssize_t i = 0; i < len && text[i] != '\n'; i++)
+        if (text[i] == '-')
+            return NULL;
+    return parse_int(text, len);
+}
+
 static PyObject *make_bytes(const char *text, ssize_t len)
 {
     return PyBytes_FromStringAndSize(text, len);
@@ -183,6 +193,12 @@ static PyObject *pread_ints(PyObject *self, PyObject *args)
 {
     (void)self;
     return batch(args, parse_int);
+}
+
+static PyObject *pread_counters(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return batch(args, parse_counter);
 }
 
 static PyObject *pread_bytes(PyObject *self, PyObject *args)
@@ -196,6 +212,9 @@ static PyMethodDef methods[] = {
      "pread_ints(fds, size, recheck=False) -> list: each descriptor's first size bytes "
      "as a decimal integer, None where the descriptor is -1, the read failed or the text "
      "is not a plain 64-bit integer; with recheck also where the file was unlinked."},
+    {"pread_counters", pread_counters, METH_VARARGS,
+     "pread_counters(fds, size, recheck=False) -> list: as pread_ints, and None for a "
+     "negative value: every value returned is within 0 and 2**64 - 1."},
     {"pread_bytes", pread_bytes, METH_VARARGS,
      "pread_bytes(fds, size, recheck=False) -> list: each descriptor's first size bytes, "
      "None where the descriptor is -1 or the read failed; with recheck also where the "

@@ -26,6 +26,8 @@ log = logging.getLogger("cephnode_exporter")
 
 # The first bytes read of a counter: a u64 in decimal with its newline is 21.
 COUNTER_BYTES = 64
+# The kernel's counters are u64 (printed with %llu).
+COUNTER_MAX = 2**64 - 1
 
 
 def _unlinked(fd: int) -> bool:
@@ -54,6 +56,16 @@ def pread_ints_python(
     return out
 
 
+def pread_counters_python(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
+    """The pure-Python :func:`pread_counters`."""
+    return [
+        None if v is None or not 0 <= v <= COUNTER_MAX else v
+        for v in pread_ints_python(fds, size, recheck)
+    ]
+
+
 def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> list[bytes | None]:
     """The pure-Python :func:`pread_bytes`."""
     pread = os.pread
@@ -70,20 +82,21 @@ def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> 
     return out
 
 
+Ints = Callable[[Sequence[int], int, bool], list[int | None]]
+
+
 def _load() -> tuple[
-    Callable[[Sequence[int], int, bool], list[int | None]],
-    Callable[[Sequence[int], int, bool], list[bytes | None]],
-    str | None,
+    Ints, Ints, Callable[[Sequence[int], int, bool], list[bytes | None]], str | None
 ]:
     """The compiled functions, or the Python ones and why the compiled are missing."""
     try:
         _fastread = importlib.import_module("cephnode_exporter.hostfs._fastread")
     except ImportError as exc:
-        return pread_ints_python, pread_bytes_python, str(exc)
-    return _fastread.pread_ints, _fastread.pread_bytes, None
+        return pread_ints_python, pread_counters_python, pread_bytes_python, str(exc)
+    return _fastread.pread_ints, _fastread.pread_counters, _fastread.pread_bytes, None
 
 
-_ints, _bytes, UNAVAILABLE = _load()
+_ints, _counters, _bytes, UNAVAILABLE = _load()
 # Which implementation serves the reads: "compiled" or "python".
 IMPLEMENTATION = "python" if UNAVAILABLE else "compiled"
 
@@ -95,6 +108,14 @@ def pread_ints(
     None where the read failed or the text is no plain integer, and with ``recheck``
     where the file was unlinked (AttrFiles' recheck: the caller reopens it)."""
     return _ints(fds, size, recheck)
+
+
+def pread_counters(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
+    """:func:`pread_ints` of u64 counters: None also for a value below 0 (above
+    2**64 - 1 is None in both), so every value given is within the kernel's range."""
+    return _counters(fds, size, recheck)
 
 
 def pread_bytes(fds: Sequence[int], size: int, recheck: bool = False) -> list[bytes | None]:

@@ -35,7 +35,7 @@ from cephnode_exporter.hostfs import (
     read_optional_text,
     read_text,
 )
-from cephnode_exporter.hostfs.batch import pread_ints
+from cephnode_exporter.hostfs.batch import pread_counters
 from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
 
 CPUIDLE_DIR = ("devices", "system", "cpu", "cpuidle")
@@ -157,7 +157,7 @@ class CPUIdleReader:
             self._flat = None
             self._files.close_all()
         fast = self._fast
-        values = pread_ints(self._batch()) if fast else []
+        values = pread_counters(self._batch()) if fast else []
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
@@ -308,9 +308,8 @@ def _read_fast(
         return None
     values = cast("list[int]", got)  # no None: checked above
     n = entry.counters
+    # Within 0 and COUNTER_MAX: pread_counters gives None for anything else.
     counters = values[:n] if n < len(values) else values
-    if counters and (min(counters) < 0 or max(counters) > COUNTER_MAX):
-        return None
     previous = entry.previous
     if previous is not None and not all(map(operator.le, previous, counters)):
         return None

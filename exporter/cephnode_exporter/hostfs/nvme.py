@@ -218,7 +218,7 @@ def count_hw_queues(attrs: DeviceAttrs) -> int | None:
         else:
             attrs.errors.add(OSError(exc.errno, exc.strerror, path))
         return None
-    return sum(1 for n in names if n.isdigit())
+    return sum(map(str.isdigit, names))
 
 
 # The kept attributes read_block_queue reads, in one batch.
