@@ -451,8 +451,22 @@ def remote_irqs(dev: DeviceIRQs, node_cpus: dict[int, frozenset[int]] | None) ->
 
 
 def effective_cpus(dev: DeviceIRQs) -> frozenset[int]:
-    """Every CPU that serves at least one of the device's interrupts."""
-    return frozenset().union(*[irq.effective for irq in dev.irqs])
+    """Every CPU that serves at least one of the device's interrupts. The collector and
+    its check both ask, every scrape, of lists that are mostly the same IRQ objects as
+    last time (IRQReader keeps them): an equal list gives the set built for it."""
+    hit = _SERVING.get(dev.device)
+    if hit is not None and hit[0] == dev.irqs:
+        return hit[1]
+    cpus: frozenset[int] = frozenset().union(*[irq.effective for irq in dev.irqs])
+    if len(_SERVING) >= _SERVING_MAX:
+        _SERVING.clear()
+    _SERVING[dev.device] = (list(dev.irqs), cpus)
+    return cpus
+
+
+# effective_cpus by device name: the interrupt list it was built from, and the set.
+_SERVING: dict[str, tuple[list[IRQ], frozenset[int]]] = {}
+_SERVING_MAX = 4096
 
 
 def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int | None]:
