@@ -25,9 +25,12 @@
 /* A read longer than this is refused: the callers read a few bytes (64 for a counter). */
 #define MAX_SIZE 4096
 
-/* What one pread gave: its length, or -1 when it failed. */
+/* What one pread gave: its length (-1 when it failed) and where its bytes start in the
+ * shared buffer. The texts are packed one after another, so a batch of page-sized reads
+ * of short attributes touches a few pages of the buffer, not one page each. */
 typedef struct {
     ssize_t len;
+    size_t off;
 } result_t;
 
 /* The descriptors of a sequence of ints, or -1 (with an exception set) on a bad argument. */
@@ -64,7 +67,7 @@ static Py_ssize_t collect_fds(PyObject *seq, int **out)
     return n;
 }
 
-/* pread(2) of every descriptor at offset 0 into its slot of buf, without the GIL. Each
+/* pread(2) of every descriptor at offset 0, packed into buf, without the GIL. Each
  * read goes through a buffer of known size, so that _FORTIFY_SOURCE checks it
  * (__pread_chk; Debian builds with it, lintian hardening-no-fortify-functions). With
  * recheck, a descriptor whose file was unlinked (st_nlink 0: a file replaced in a copied
@@ -73,6 +76,7 @@ static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, r
                      int recheck)
 {
     char one[MAX_SIZE];
+    size_t pos = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         ssize_t got = -1;
@@ -84,8 +88,11 @@ static void read_all(const int *fds, Py_ssize_t n, char *buf, Py_ssize_t size, r
         do {
             got = pread(fds[i], one, (size_t)size, 0);
         } while (got < 0 && errno == EINTR);
-        if (got > 0)
-            memcpy(buf + i * size, one, (size_t)got);
+        res[i].off = pos;
+        if (got > 0) {
+            memcpy(buf + pos, one, (size_t)got);
+            pos += (size_t)got;
+        }
         res[i].len = got;
     }
     Py_END_ALLOW_THREADS
@@ -157,7 +164,7 @@ static PyObject *batch(PyObject *args, PyObject *(*make)(const char *, ssize_t))
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = NULL;
         if (res[i].len >= 0) {
-            item = make(buf + i * size, res[i].len);
+            item = make(buf + res[i].off, res[i].len);
             if (item == NULL && PyErr_Occurred()) {
                 Py_CLEAR(out);
                 goto done;
