@@ -8,10 +8,14 @@ ARGS ?=
 
 .PHONY: run test bench soak lint format deps venv golden dashboards mixin clean deb man
 
-# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml changes.
-$(VENV)/.stamp: pyproject.toml
+# A venv with the package (editable) and the test tools; rebuilt when pyproject.toml,
+# setup.py or the compiled reader's source changes. The editable install compiles
+# hostfs/_fastread.c in place (gcc and the Python headers: python3-dev).
+FASTREAD := exporter/cephnode_exporter/hostfs/_fastread.c
+$(VENV)/.stamp: pyproject.toml setup.py $(FASTREAD)
 	@# Debian's python3 ships venv without ensurepip until python3-venv is installed.
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || tests/setup-debian.sh python3-venv
+	@command -v gcc >/dev/null && $(PYTHON) -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || tests/setup-debian.sh gcc python3-dev
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -87,14 +91,14 @@ dashboards:
 	$(PYTHON) dashboards/generate.py
 
 # --- Debian package (deploy/debian/, docs/packaging.md) ----------------------------------
-# `make deb` builds cephnode-exporter_<version>_all.deb in this directory: dpkg-buildpackage
+# `make deb` builds cephnode-exporter_<version>_<arch>.deb in this directory: dpkg-buildpackage
 # (dh with pybuild, Debian 12's own python3 and libraries) in a copy of the checkout under
 # build/deb, then lintian, whose errors fail it. Install the result on a Debian 12 node
 # with `apt install ./cephnode-exporter_*.deb`. tests/test_deb.py builds it and installs
 # it into a fresh Debian 12 chroot.
 # Only the build tools (not the whole suite's list of `deps`).
-DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all \
-	python3-setuptools python3-wheel lintian
+DEB_TOOLS := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-all-dev \
+	build-essential python3-setuptools python3-wheel lintian
 deb:
 	tests/setup-debian.sh $(DEB_TOOLS)
 	deploy/build-deb.sh

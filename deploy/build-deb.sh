@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the Debian package cephnode-exporter_<version>_all.deb from this checkout, then
+# Build the Debian package cephnode-exporter_<version>_<arch>.deb from this checkout, then
 # run lintian on it. `make deb` runs this; docs/packaging.md explains the package.
 #
 # The packaging lives in deploy/debian/ because the repository's top level is fixed; the
@@ -33,7 +33,7 @@ src=$work/cephnode-exporter-$version
 rm -rf "$work"
 mkdir -p "$src"
 tar -C "$top" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='./*.deb' \
-  --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache --exclude=.ruff_cache \
+  --exclude='*.egg-info' --exclude='*.so' --exclude=__pycache__ --exclude=.pytest_cache --exclude=.ruff_cache \
   --exclude=.mypy_cache -cf - . | tar -C "$src" -xf -
 cp -a "$top/deploy/debian" "$src/debian"
 
@@ -48,7 +48,8 @@ say "building $version in $src"
     die "dpkg-buildpackage failed (whole log: $work/build.log)"
   }
 
-deb=cephnode-exporter_${version}_all.deb
+# Architecture any: the compiled reader (exporter/cephnode_exporter/hostfs/_fastread.c).
+deb=cephnode-exporter_${version}_$(dpkg --print-architecture).deb
 [ -f "$work/$deb" ] || die "dpkg-buildpackage produced no $deb"
 mkdir -p "$outdir"
 cp "$work/$deb" "$outdir/$deb"

@@ -31,9 +31,16 @@ declare -A PROVIDES=(
   [dh-python]=/usr/bin/dh_python3
   [pybuild-plugin-pyproject]=/usr/share/dh-python/dhpython/build/plugin_pyproject.py
   [python3-all]=/usr/share/doc/python3-all/copyright
+  # the compiled reader's headers for every supported Python, and gcc (build-essential)
+  [python3-all-dev]=/usr/share/doc/python3-all-dev/copyright
+  [build-essential]=/usr/share/build-essential/list
   [python3-setuptools]=/usr/lib/python3/dist-packages/setuptools/__init__.py
   [python3-wheel]=/usr/lib/python3/dist-packages/wheel/__init__.py
   [lintian]=/usr/bin/lintian
+  # the compiled reader of the scrape's hot loops (exporter/.../hostfs/_fastread.c),
+  # built by `make venv` and in the Debian package
+  [gcc]=/usr/bin/gcc
+  [python3-dev]=/usr/include/python3.11/Python.h
   # man --warnings checks the man page (tests/test_packaging.py)
   [man-db]=/usr/bin/man
   # builds the monitoring mixin (alerts/mixin/, `make mixin`, tests/test_mixin.py)

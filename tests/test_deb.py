@@ -34,7 +34,13 @@ VERSION = re.search(
     (REPO / "exporter/cephnode_exporter/__init__.py").read_text(),
     re.M,
 ).group(1)  # type: ignore[union-attr]
-DEB = f"cephnode-exporter_{VERSION}_all.deb"
+# Architecture any: the package carries the compiled reader (hostfs/_fastread.c).
+ARCH = (
+    subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    if shutil.which("dpkg")
+    else "unknown"
+)
+DEB = f"cephnode-exporter_{VERSION}_{ARCH}.deb"
 SHARE = "usr/share/cephnode-exporter"
 # lintian tags the package keeps, each explained in docs/packaging.md. Errors are never
 # kept: deploy/build-deb.sh fails on them.
@@ -96,7 +102,7 @@ def test_package_fields(build: tuple[Path, str]) -> None:
         check=True,
     ).stdout
     assert f"Version: {VERSION}\n" in fields
-    assert "Architecture: all\n" in fields
+    assert f"Architecture: {ARCH}\n" in fields
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)  # type: ignore[union-attr]
     for needed in (
         "python3-prometheus-client (>= 0.16)",
@@ -115,6 +121,10 @@ def test_package_contents(build: tuple[Path, str]) -> None:
         ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
     ).stdout
     paths = {line.split()[-1].removeprefix("./") for line in listing.splitlines()}
+    compiled = re.compile(
+        r"usr/lib/python3/dist-packages/cephnode_exporter/hostfs/_fastread\.cpython-\S+\.so"
+    )
+    assert any(compiled.fullmatch(p) for p in paths), "the compiled reader is not packaged"
     for path in (
         "usr/bin/cephnode-exporter",
         "usr/lib/python3/dist-packages/cephnode_exporter/cli.py",
@@ -277,6 +287,10 @@ def test_installs_with_apt_and_runs_on_debians_libraries(installed: Chroot) -> N
     assert where.startswith("/usr/lib/python3/dist-packages/")
     debian = installed.run("dpkg-query", "-W", "-f=${Version}", "python3-prometheus-client")
     assert debian.stdout.startswith(version + "-"), (version, debian.stdout)
+    # The hot loops read through the compiled reader the package built, not the fallback.
+    code = "from cephnode_exporter.hostfs import batch; print(batch.IMPLEMENTATION)"
+    proc = installed.run("python3", "-c", code)
+    assert proc.stdout == "compiled\n", proc.stderr
 
 
 def test_installed_user_directories_and_enablement(installed: Chroot) -> None:

@@ -26,7 +26,7 @@ from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
 from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, bounded
 from cephnode_exporter.exposition import encode
-from cephnode_exporter.hostfs import HostFS, raise_nofile_limit, read_text
+from cephnode_exporter.hostfs import HostFS, batch, raise_nofile_limit, read_text
 from cephnode_exporter.process_metrics import ProcessMetrics
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
@@ -385,6 +385,7 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
         signal.signal(sig, stop)
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, ignore)
+    batch.log_implementation()
     for bound in server.server_addresses:
         log.info(
             "listening",

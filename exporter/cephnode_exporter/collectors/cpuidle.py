@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from operator import attrgetter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -160,12 +161,17 @@ class CPUIdleCollector(Collector):
         # state name -> static attributes, in state-index order
         seen: dict[str, IdleStateSample] = {}
         max_latency: dict[str, int] = {}
+        # state name -> its samples over the CPUs, in CPU order
+        by_name: dict[str, list[IdleStateSample]] = {}
         for samples in idle.cpus.values():
             for s in samples:
-                seen.setdefault(s.info.name, s)
-                max_latency[s.info.name] = max(
-                    max_latency.get(s.info.name, 0), s.info.exit_latency_us
-                )
+                name = s.info.name
+                group = by_name.get(name)
+                if group is None:
+                    seen[name] = s
+                    group = by_name[name] = []
+                group.append(s)
+                max_latency[name] = max(max_latency.get(name, 0), s.info.exit_latency_us)
         for name, s in seen.items():
             info.add_metric([name, s.info.desc], 1.0)
             latency.add_metric([name], max_latency[name] / US_PER_S)
@@ -185,14 +191,12 @@ class CPUIdleCollector(Collector):
                         wakeup.add_metric(labels, s.usage * s.info.exit_latency_us / US_PER_S)
         else:
             for name in seen:
-                states = [
-                    s for samples in idle.cpus.values() for s in samples if s.info.name == name
-                ]
+                states = by_name[name]
                 flags = [s.disabled for s in states]
                 if None not in flags:
                     enabled.add_metric([name], float(sum(1 for d in flags if not d)))
                 for attr, scale, family in counters:
-                    values = [getattr(s, attr) for s in states]
+                    values = list(map(attrgetter(attr), states))
                     # A partial sum would look like a counter reset; skip the series instead
                     # (the skipped file is counted in cephnode_scrape_collector_read_errors).
                     if None not in values:

@@ -13,9 +13,11 @@ import os
 import resource
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cephnode_exporter.hostfs.batch import pread_bytes, pread_ints
 
 # sysfs attributes are at most one page; /proc/cmdline is capped by the kernel at
 # COMMAND_LINE_SIZE (2048 on x86, 4096 on some arches). 64 KiB bounds a garbage file.
@@ -297,6 +299,24 @@ class AttrFiles:
         which the caller must track."""
         return self._fds.get(path)
 
+    def read_many(self, paths: Sequence[str], size: int = 64) -> list[bytes | None]:
+        """The kept files of ``paths``, up to ``size`` bytes each (at most a page), in one
+        batched call (batch.py); None for a path with no kept descriptor, a failed read,
+        or a page-long one, and with ``recheck`` for a file unlinked since it was opened.
+        The caller reads those with :meth:`read_bytes` / :meth:`read_text`, which open
+        them (kept for the next batch) and name the error."""
+        get = self._fds.get
+        out = pread_bytes([get(p, -1) for p in paths], size, self._recheck)
+        if size >= BATCH_PAGE:
+            return [None if b is None or len(b) >= BATCH_PAGE else b for b in out]
+        return out
+
+    def read_many_ints(self, paths: Sequence[str]) -> list[int | None]:
+        """:meth:`read_many` of decimal integers (64 bytes each, as :meth:`read_int`);
+        None also where the text is no plain integer."""
+        get = self._fds.get
+        return pread_ints([get(p, -1) for p in paths], 64, self._recheck)
+
     def close(self, path: str) -> None:
         with self._lock:
             fd = self._fds.pop(path, None)
@@ -319,6 +339,11 @@ class AttrFiles:
     def __del__(self) -> None:
         with contextlib.suppress(OSError):
             self.close_all()
+
+
+# The largest batched read: a sysfs attribute is at most a page (fs/sysfs/file.c
+# sysfs_kf_seq_show); a read that fills it goes to the plain path, which bounds it.
+BATCH_PAGE = 4096
 
 
 def fd_budget(share: float) -> int:

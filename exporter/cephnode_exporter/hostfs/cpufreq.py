@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    BATCH_PAGE,
     AttrFiles,
     HostFS,
     ParseError,
@@ -70,12 +71,23 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
     result.online_cpus = len(cpus)
     driver: str | None = None
     has_epp = True
-    for cpu in cpus:
-        base = cpu_dir(fs, cpu, "cpufreq")
+    bases = [cpu_dir(fs, cpu, "cpufreq") for cpu in cpus]
+    # The kept files in two batched reads (AttrFiles.read_many); a file they could not
+    # read, or that reads empty, is read below the plain way, which names the error.
+    nothing: list[bytes | None] = [None] * len(bases)
+    governors, epps = nothing, nothing
+    if files is not None:
+        governors = files.read_many([f"{b}/scaling_governor" for b in bases], BATCH_PAGE)
+        epps = files.read_many([f"{b}/energy_performance_preference" for b in bases], BATCH_PAGE)
+    for i, cpu in enumerate(cpus):
+        base = bases[i]
         try:
             if driver is None:
                 driver = _nonempty(f"{base}/scaling_driver", text)
-            governor = _nonempty(f"{base}/scaling_governor", text)
+            got = governors[i]
+            governor = "" if got is None else got.decode("utf-8", "replace").strip()
+            if not governor:
+                governor = _nonempty(f"{base}/scaling_governor", text)
         except FileNotFoundError:
             continue  # no cpufreq for this CPU
         except (OSError, ParseError) as exc:
@@ -84,11 +96,15 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
             continue
         epp = None
         if has_epp:
-            try:
-                epp = optional(f"{base}/energy_performance_preference")
-                has_epp = epp is not None  # absent: the driver has no EPP at all
-            except (OSError, ParseError) as exc:
-                result.errors.add(exc)
+            got = epps[i]
+            if got is not None:
+                epp = got.decode("utf-8", "replace").strip()
+            else:
+                try:
+                    epp = optional(f"{base}/energy_performance_preference")
+                    has_epp = epp is not None  # absent: the driver has no EPP at all
+                except (OSError, ParseError) as exc:
+                    result.errors.add(exc)
         result.cpus[cpu] = CPUPolicy(driver, governor, epp)
     result.boost = _read_boost(fs, result.errors)
     try:

@@ -101,8 +101,14 @@ def read_frequencies(
     if source is None:
         return None
     out = Frequencies(source)
-    for cpu in cpus:
-        path = cpu_dir(fs, cpu, "cpufreq", source)
+    paths = [cpu_dir(fs, cpu, "cpufreq", source) for cpu in cpus]
+    # One batched read of the kept files; a file it could not read or parse is read
+    # below the plain way, which names the error.
+    batched = files.read_many_ints(paths) if files is not None else [None] * len(paths)
+    for path, khz in zip(paths, batched, strict=True):
+        if khz is not None and 0 < khz <= MAX_KHZ:
+            out.hertz.append(khz * 1000.0)
+            continue
         try:
             text = files.read_bytes(path).decode() if files is not None else read_text(path)
             out.hertz.append(parse_khz(text.strip(), path))

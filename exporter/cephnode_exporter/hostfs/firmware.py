@@ -113,8 +113,21 @@ def read_microcode(
         errors.add(exc)
         cpus = []
     revisions: set[str] = set()
-    for cpu in cpus:
-        path = cpu_dir(fs, cpu, "microcode", "version")
+    paths = [cpu_dir(fs, cpu, "microcode", "version") for cpu in cpus]
+    if files is not None and paths:
+        # One batched read of the kept files: when every one reads, the distinct texts
+        # (one revision on a healthy node) are parsed once; otherwise, or when one does
+        # not parse, the loop below reads file by file and names the error.
+        batched = files.read_many(paths)
+        texts = {t for t in batched if t is not None}
+        if None not in batched:
+            try:
+                found = {parse_revision(t.decode(), paths[0]) for t in texts}
+            except (ParseError, UnicodeDecodeError):
+                pass
+            else:
+                return sorted(found), "sysfs"
+    for path in paths:
         try:
             text = files.read_bytes(path).decode() if files is not None else read_text(path)
             revisions.add(parse_revision(text, path))

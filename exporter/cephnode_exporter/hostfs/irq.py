@@ -39,6 +39,7 @@ import stat
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    BATCH_PAGE,
     AttrFiles,
     HostFS,
     ParseError,
@@ -161,6 +162,9 @@ class IRQReader:
         self._managed: dict[int, bool] = {}
         self._allowed: dict[int, frozenset[int]] = {}
         self._fixed: dict[int, IRQ] = {}
+        # Per IRQ read through prefetch: its effective list's bytes and the IRQ they gave.
+        self._last: dict[int, tuple[bytes, IRQ]] = {}
+        self._effective: dict[int, str] = {}
         self._seen: frozenset[int] = frozenset()
         self._root = fs.proc("irq")
         # Per PCI directory: the msi_irqs listing of the last scrape and its vectors,
@@ -168,7 +172,7 @@ class IRQReader:
         self.vectors: dict[str, tuple[list[str], list[int]]] = {}
         # Per class device link: the two symlinks behind it and the PCI function they
         # led to (see pci_devices).
-        self.links: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] = {}
+        self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] = {}
 
     def _paths(self, number: int) -> tuple[str, str]:
         base = f"{self._root}/{number}"
@@ -177,6 +181,7 @@ class IRQReader:
     def close(self) -> None:
         self._files.close_all()
         self._managed, self._allowed, self._fixed, self._seen = {}, {}, {}, frozenset()
+        self._last, self._effective = {}, {}
         self.vectors, self.links = {}, {}
 
     def _read(self, path: str) -> str:
@@ -235,12 +240,55 @@ class IRQReader:
                 self._fixed[number] = irq  # nothing of it can change: see above
         return irq
 
+    def prefetch(self, numbers: list[int]) -> dict[int, IRQ]:
+        """The vectors of ``numbers`` already read once whose effective list is kept
+        open, read in one batched call (AttrFiles.read_many): what :meth:`read` would
+        give, the same object when the list reads as last time. A vector left out (no
+        kept file, a failed read, a list that does not parse, a managed one without its
+        allowed list) is for :meth:`read`, which names any error."""
+        managed_of, allowed_of, paths_of = self._managed, self._allowed, self._effective
+        todo: list[int] = []
+        paths: list[str] = []
+        for n in numbers:
+            managed = managed_of.get(n)
+            if managed is None or (managed and n not in allowed_of):
+                continue
+            path = paths_of.get(n)
+            if path is None:
+                path = paths_of[n] = self._paths(n)[1]
+            todo.append(n)
+            paths.append(path)
+        out: dict[int, IRQ] = {}
+        if not todo:
+            return out
+        last_of = self._last
+        for n, path, data in zip(
+            todo, paths, self._files.read_many(paths, BATCH_PAGE), strict=True
+        ):
+            if data is None:
+                continue
+            last = last_of.get(n)
+            if last is not None and last[0] == data:
+                out[n] = last[1]
+                continue
+            try:
+                effective = parse_affinity(data.decode("ascii", "replace"), path)
+            except ParseError:
+                continue
+            managed = managed_of[n]
+            irq = IRQ(n, allowed_of[n] if managed else None, effective, managed=managed)
+            last_of[n] = (data, irq)
+            out[n] = irq
+        return out
+
     @property
     def fixed(self) -> dict[int, IRQ]:
         """The vectors whose every fact is known for good (read returns them as is)."""
         return self._fixed
 
     def _forget(self, number: int) -> None:
+        self._last.pop(number, None)
+        self._effective.pop(number, None)
         self._fixed.pop(number, None)
         self._managed.pop(number, None)
         self._allowed.pop(number, None)
@@ -252,7 +300,7 @@ class IRQReader:
         if current == self._seen:
             return
         self._seen = current
-        for number in [n for n in (*self._managed, *self._fixed) if n not in current]:
+        for number in [n for n in (*self._managed, *self._fixed, *self._last) if n not in current]:
             self._forget(number)
         keep = {path for n in current for path in self._paths(n)}
         self._files.close_under(self._root + os.sep, keep)
@@ -300,26 +348,32 @@ def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
     return None
 
 
-def _links(path: str) -> tuple[str, str] | None:
-    """The targets of a class device's symlink and of its ``device`` link, or None
-    when either is no symlink."""
+def _links(path: str) -> tuple[str, str | None] | None:
+    """The targets of a class device's symlink and of its ``device`` link (None
+    without one: a virtual device such as ``lo`` has no parent, drivers/base/core.c
+    get_device_parent), or None when the class entry is no symlink."""
     try:
-        return os.readlink(path), os.readlink(os.path.join(path, "device"))
+        target = os.readlink(path)
     except OSError:
         return None
+    try:
+        return target, os.readlink(os.path.join(path, "device"))
+    except OSError:
+        return target, None
 
 
 def pci_devices(
     fs: HostFS,
-    cache: dict[str, tuple[tuple[str, str], tuple[str, str] | None]] | None = None,
+    cache: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] | None = None,
 ) -> list[tuple[str, str, str, str]]:
     """(name, kind, BDF, PCI directory) of every NVMe controller and network port on
     PCI, NVMe first, each PCI function once (the first netdev by name when several
     share one, as switchdev representors or multi-port functions do).
 
     With ``cache`` (IRQReader.links) a device whose class link and ``device`` link
-    read as at the last scrape is taken to lead where it led then: two readlinks
-    instead of resolving the whole path (a dozen lstats each)."""
+    (or its absence, as on a virtual device) read as at the last scrape is taken to
+    lead where it led then: two readlinks instead of resolving the whole path (a dozen
+    lstats each)."""
     out: list[tuple[str, str, str, str]] = []
     seen: set[str] = set()
     for kind, cls in (("nvme", "nvme"), ("net", "net")):
@@ -361,18 +415,24 @@ def read_device(
         return dev
     seen.update(vectors)
     fixed = reader.fixed
-    for number in vectors:
-        known = fixed.get(number)
-        if known is not None:  # nothing of it can change (IRQReader.read)
-            dev.irqs.append(known)
-            continue
-        try:
-            irq = reader.read(number)
-        except (OSError, ParseError) as exc:
-            dev.unread[number] = unreadable_reason(exc)
-            continue
-        if irq is not None:
-            dev.irqs.append(irq)
+    # Most vectors are fixed (IRQReader.read: nothing of them can change); the others
+    # are read in one batch, and what the batch leaves out one by one.
+    got: list[IRQ | None] = [fixed.get(n) for n in vectors]
+    missing = [n for n, irq in zip(vectors, got, strict=True) if irq is None]
+    if missing:
+        fetched = reader.prefetch(missing)
+        for i, number in enumerate(vectors):
+            if got[i] is not None:
+                continue
+            irq = fetched.get(number)
+            if irq is None:
+                try:
+                    irq = reader.read(number)
+                except (OSError, ParseError) as exc:
+                    dev.unread[number] = unreadable_reason(exc)
+                    continue
+            got[i] = irq
+    dev.irqs = [irq for irq in got if irq is not None]
     return dev
 
 
@@ -391,11 +451,22 @@ def remote_irqs(dev: DeviceIRQs, node_cpus: dict[int, frozenset[int]] | None) ->
 
 
 def effective_cpus(dev: DeviceIRQs) -> frozenset[int]:
-    """Every CPU that serves at least one of the device's interrupts."""
-    out: set[int] = set()
-    for irq in dev.irqs:
-        out |= irq.effective
-    return frozenset(out)
+    """Every CPU that serves at least one of the device's interrupts. The collector and
+    its check both ask, every scrape, of lists that are mostly the same IRQ objects as
+    last time (IRQReader keeps them): an equal list gives the set built for it."""
+    hit = _SERVING.get(dev.device)
+    if hit is not None and hit[0] == dev.irqs:
+        return hit[1]
+    cpus: frozenset[int] = frozenset().union(*[irq.effective for irq in dev.irqs])
+    if len(_SERVING) >= _SERVING_MAX:
+        _SERVING.clear()
+    _SERVING[dev.device] = (list(dev.irqs), cpus)
+    return cpus
+
+
+# effective_cpus by device name: the interrupt list it was built from, and the set.
+_SERVING: dict[str, tuple[list[IRQ], frozenset[int]]] = {}
+_SERVING_MAX = 4096
 
 
 def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int | None]:

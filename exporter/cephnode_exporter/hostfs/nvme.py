@@ -218,11 +218,16 @@ def count_hw_queues(attrs: DeviceAttrs) -> int | None:
         else:
             attrs.errors.add(OSError(exc.errno, exc.strerror, path))
         return None
-    return sum(1 for n in names if n.isdigit())
+    return sum(map(str.isdigit, names))
+
+
+# The kept attributes read_block_queue reads, in one batch.
+_BATCHED = (*(f"queue/{name}" for name in QUEUE_COUNTS), "inflight", "queue/scheduler")
 
 
 def read_block_queue(attrs: DeviceAttrs) -> BlockQueue:
     """Every queue setting of one namespace (``attrs`` is the disk's directory)."""
+    attrs.prefetch(_BATCHED)
     counts = {name: attrs.get(f"queue/{name}", parse_count) for name in QUEUE_COUNTS}
     inflight = attrs.get("inflight", parse_inflight)
     return BlockQueue(

@@ -18,11 +18,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cephnode_exporter.hostfs import AttrFiles, ParseError, ReadErrors, read_text
+from cephnode_exporter.hostfs import BATCH_PAGE, AttrFiles, ParseError, ReadErrors, read_text
 
 T = TypeVar("T")
 
@@ -79,6 +79,11 @@ def is_gone(exc: OSError) -> bool:
     return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENODEV
 
 
+# DeviceAttrs.path's joins, built once (the same few hundred every scrape).
+_PATHS: dict[tuple[str, str], str] = {}
+_PATHS_MAX = 65536
+
+
 class DeviceAttrs:
     """Reads the attributes of one device directory, one error per unreadable item.
 
@@ -97,15 +102,36 @@ class DeviceAttrs:
         # but one into a tree moved away (a fixture's unplug) would read on.
         kept = files is not None and os.path.isdir(base)
         self._read = files.read_text if files is not None and kept else read_text
+        self._files = files if kept else None
+        # Texts of kept files read ahead in one batch (prefetch), taken by get().
+        self._ahead: dict[str, bytes] = {}
 
     def path(self, name: str) -> str:
-        return os.path.join(self.base, name)
+        key = (self.base, name)
+        path = _PATHS.get(key)
+        if path is None:
+            if len(_PATHS) >= _PATHS_MAX:
+                _PATHS.clear()
+            path = _PATHS[key] = os.path.join(self.base, name)
+        return path
+
+    def prefetch(self, names: Sequence[str]) -> None:
+        """Read the kept files of ``names`` in one batched call (AttrFiles.read_many);
+        :meth:`get` then parses what it read. A file the batch could not read is read
+        by :meth:`get` as before, which names the error."""
+        if self._files is None:
+            return
+        paths = [self.path(n) for n in names]
+        got = self._files.read_many(paths, BATCH_PAGE)
+        self._ahead = {p: data for p, data in zip(paths, got, strict=True) if data is not None}
 
     def get(self, name: str, parse: Callable[[str, str], T]) -> T | None:
         """The parsed attribute, or None when it is missing or bad (bad is counted)."""
         path = self.path(name)
         try:
-            text = self._read(path)
+            ahead = self._ahead.pop(path, None) if self._ahead else None
+            # AttrFiles.read_text's decoding of what the batch read
+            text = self._read(path) if ahead is None else ahead.decode("utf-8", "replace").strip()
         except OSError as exc:
             if is_gone(exc):
                 self.missing = True
