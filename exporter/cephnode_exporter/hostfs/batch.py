@@ -38,34 +38,6 @@ def _unlinked(fd: int) -> bool:
         return True
 
 
-def pread_ints_python(
-    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
-) -> list[int | None]:
-    """The pure-Python :func:`pread_ints`."""
-    pread = os.pread
-    out: list[int | None] = []
-    append = out.append
-    for fd in fds:
-        try:
-            if recheck and _unlinked(fd):
-                append(None)
-                continue
-            append(int(pread(fd, size, 0)))
-        except (OSError, ValueError):
-            append(None)
-    return out
-
-
-def pread_counters_python(
-    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
-) -> list[int | None]:
-    """The pure-Python :func:`pread_counters`."""
-    return [
-        None if v is None or not 0 <= v <= COUNTER_MAX else v
-        for v in pread_ints_python(fds, size, recheck)
-    ]
-
-
 def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> list[bytes | None]:
     """The pure-Python :func:`pread_bytes`."""
     pread = os.pread
@@ -80,6 +52,32 @@ def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> 
         except OSError:
             append(None)
     return out
+
+
+def _int_or_none(text: bytes | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def pread_ints_python(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
+    """The pure-Python :func:`pread_ints`: :func:`pread_bytes_python`, parsed."""
+    return [_int_or_none(text) for text in pread_bytes_python(fds, size, recheck)]
+
+
+def pread_counters_python(
+    fds: Sequence[int], size: int = COUNTER_BYTES, recheck: bool = False
+) -> list[int | None]:
+    """The pure-Python :func:`pread_counters`."""
+    return [
+        None if v is None or not 0 <= v <= COUNTER_MAX else v
+        for v in pread_ints_python(fds, size, recheck)
+    ]
 
 
 Ints = Callable[[Sequence[int], int, bool], list[int | None]]
