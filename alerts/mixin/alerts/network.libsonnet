@@ -75,7 +75,7 @@ local fold = text.fold;
                 The median heartbeat ping {{ with $labels.ceph_daemon }}of {{ . }} on
                 {{ $labels.instance }} to its peers{{ else }}of the OSDs of
                 {{ $labels.instance }} to their peers{{ end }} is {{ printf "%%.1f" $value }}
-                times the median of the OSDs of cluster {{ $labels.%(clusterLabel)s }}: its
+                times the median of the OSD hosts of cluster {{ $labels.%(clusterLabel)s }}: its
                 network path is slow, which delays replication and the PGs' lease renewals.
               ||| % $._config),
             },
