@@ -47,7 +47,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,11 +275,12 @@ class Prometheus:
         self,
         data_dir: Path,
         config: str = "global: {}\n",
-        binary: str = "prometheus",
+        binary: str | Sequence[str] = "prometheus",
         extra: Iterable[str] = (),
     ) -> None:
         self.data_dir = data_dir
-        self.binary = binary
+        # A path, or a whole command line (a chroot's binary with its own loader).
+        self.binary = [binary] if isinstance(binary, str) else list(binary)
         self.extra = list(extra)
         self.config_path = data_dir.parent / f"{data_dir.name}-prometheus.yml"
         self.config_path.write_text(config)
@@ -295,7 +296,7 @@ class Prometheus:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    self.binary,
+                    *self.binary,
                     f"--config.file={self.config_path}",
                     f"--storage.tsdb.path={self.data_dir}",
                     f"--web.listen-address=127.0.0.1:{self.port}",

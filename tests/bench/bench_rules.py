@@ -29,7 +29,7 @@ Both wait until Prometheus has compacted the backfilled blocks (each promtool ru
 its own, overlapping ones), as a long-running Prometheus would have.
 
 Usage: python tests/bench/bench_rules.py [--times N] [--repeat N] [--manager-seconds S]
-       [--rule-files RULES ALERTS] [--keep]
+       [--rule-files RULES ALERTS] [--prometheus bookworm|trixie|sid] [--keep]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -57,6 +58,20 @@ from tests.alerts import fleet as F  # noqa: E402
 from tests.alerts import replay as R  # noqa: E402
 
 RULE_FILES = [REPO / "alerts" / "cephnode-rules.yml", REPO / "alerts" / "cephnode-alerts.yml"]
+# The Prometheus releases the rules are tested on (tests/test_alerts.py): Debian 12's 2.42
+# on the host, trixie's 2.53 (the long-term-support line) and sid's 3.x in chroots.
+PROMETHEUS_SUITES = ("bookworm", "trixie", "sid")
+
+
+def prometheus_command(suite: str) -> list[str]:
+    """The command line of ``suite``'s Prometheus: the host's, or a chroot's run with its
+    own loader and libraries (built and cached on first use, which needs root)."""
+    if suite == "bookworm":
+        return ["prometheus"]
+    from tests.chroots import RELEASES, ensure_packages, run_in
+
+    release = next(r for r in RELEASES.values() if r.suite == suite)
+    return run_in(ensure_packages(release, ("prometheus",)), "/usr/bin/prometheus")
 
 
 def get(prom: R.Prometheus, path: str) -> dict:
@@ -165,6 +180,7 @@ def rule_manager(
     seconds: float,
     interval_s: int,
     profile: Path | None = None,
+    binary: list[str] | None = None,
 ) -> tuple[
     dict[str, list[float]],
     dict[tuple[str, int], list[float]],
@@ -195,7 +211,7 @@ def rule_manager(
     late = int(time.time() - data_end)
     seen: dict[str, dict[str, float]] = {}
     rule_seen: dict[tuple[str, int], dict[str, float]] = {}
-    with R.Prometheus(work / "data", config=config) as prom:
+    with R.Prometheus(work / "data", config=config, binary=binary or "prometheus") as prom:
         stop = time.monotonic() + seconds
         if profile is not None:
             # A CPU profile of the middle of the run, taken while the polling goes on.
@@ -232,13 +248,18 @@ def rule_manager(
 
 
 def same_times(
-    data: Path, rules: list[R.Rule], data_end: int, seconds: float, repeat: int
+    data: Path,
+    rules: list[R.Rule],
+    data_end: int,
+    seconds: float,
+    repeat: int,
+    binary: list[str] | None = None,
 ) -> dict[int, float]:
     """Per rule: the median over 5 of the rule manager's evaluation times of its instant
     query's cost, on the data the manager left (its recorded series are in the head, from
     the WAL). What the queries cost there without the manager around them."""
     times = [data_end + seconds * (k + 0.5) / 5 for k in range(5)]
-    with R.Prometheus(data) as prom:
+    with R.Prometheus(data, binary=binary or "prometheus") as prom:
         _, per_rule, _ = instant_queries(prom, rules, times, repeat)
     return {i: statistics.median(v) for i, v in per_rule.items()}
 
@@ -300,6 +321,14 @@ def main() -> int:
         default=True,
         help="also time one refresh of each dashboard on the fleet's data",
     )
+    ap.add_argument(
+        "--prometheus",
+        choices=PROMETHEUS_SUITES,
+        default="bookworm",
+        help="the Debian suite whose Prometheus evaluates the rules: bookworm's 2.42 (the "
+        "host's), trixie's 2.53 or sid's 3.x (from a cached chroot, tests/chroots.py); the "
+        "backfill and compaction use the host's in every case",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
     ap.add_argument(
         "--manager-profile",
@@ -311,6 +340,11 @@ def main() -> int:
     if not R.tools_present():
         print("prometheus and promtool are needed (Debian package prometheus)", file=sys.stderr)
         return 2
+    binary = prometheus_command(args.prometheus)
+    version = subprocess.run(
+        [*binary, "--version"], capture_output=True, text=True, check=False
+    ).stdout.split("\n")[0]
+    print(f"rules evaluated by: {version}", flush=True)
     # The test's compact timeline: load swing from minute 25, peak 35-55.
     from tests.test_alerts_scale import MAIN_START, TIMELINE
 
@@ -343,7 +377,7 @@ def main() -> int:
             f"{setup_s:.0f} s",
             flush=True,
         )
-        with R.Prometheus(work / "iq" / "data") as prom:
+        with R.Prometheus(work / "iq" / "data", binary=binary) as prom:
             main_start, main_end = windows[-1]
             # From minute 15 (rate windows and recorded series settled) to the end.
             first = main_start + 15 * 60
@@ -408,8 +442,11 @@ def main() -> int:
             args.manager_seconds,
             args.manager_interval,
             args.manager_profile,
+            binary,
         )
-        same = same_times(work / "rm" / "data", rules, data_end, args.manager_seconds, args.repeat)
+        same = same_times(
+            work / "rm" / "data", rules, data_end, args.manager_seconds, args.repeat, binary
+        )
     if not per_group:
         print("the rule manager evaluated no group", file=sys.stderr)
         return 1
