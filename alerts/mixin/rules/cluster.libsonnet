@@ -85,27 +85,35 @@
           },
           // Per host as the mgr knows it: 1 while any of its OSDs is up, 0 when the mgr
           // reports all of them down (the host is down, rebooting or in maintenance: ceph-mixin's
-          // CephOSDHostDown speaks for it). Each OSD's latest state and host of the last hour:
-          // a host down for longer than mon_osd_down_out_interval (10 minutes) has its OSDs
-          // marked out, and the mgr then drops them from ceph_osd_up and ceph_osd_metadata
-          // (seen on the test cluster's mgr, tests/fixtures/ceph/mgr/README.md); their last
-          // report, down, still stands, and so does the host through a missed mgr scrape. The
-          // hostname is cut to its first label, as is the exporter target's in
-          // CephNodeExporterDown: Prometheus targets and Ceph hostnames disagree on FQDNs.
+          // CephOSDHostDown speaks for it). The hostname is cut to its first label, as is the
+          // exporter target's in CephNodeExporterDown: Prometheus targets and Ceph hostnames
+          // disagree on FQDNs. This minute's view, from the OSDs the mgr reports now.
           {
-            record: 'cluster_hostname:ceph_osd_up:max',
+            record: 'cluster_hostname:ceph_osd_up:max_instant',
             expr: |||
               max by (%(clusterLabel)s, hostname) (
-                max by (%(clusterLabel)s, ceph_daemon) (last_over_time(ceph_osd_up%(cephSelectorBraces)s[1h]))
+                max by (%(clusterLabel)s, ceph_daemon) (ceph_osd_up%(cephSelectorBraces)s)
                 * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
                 topk by (%(clusterLabel)s, ceph_daemon) (1,
                   label_replace(
-                    group by (%(clusterLabel)s, ceph_daemon, hostname) (last_over_time(ceph_osd_metadata%(cephSelectorBraces)s[1h])),
+                    group by (%(clusterLabel)s, ceph_daemon, hostname) (ceph_osd_metadata%(cephSelectorBraces)s),
                     "hostname", "$1", "hostname", "([^.]+).*"
                   )
                 )
               )
             ||| % $._config,
+          },
+          // The host's latest view of the last hour. A host down for longer than
+          // mon_osd_down_out_interval (10 minutes) has its OSDs marked out, and the mgr then
+          // drops them from ceph_osd_up and ceph_osd_metadata (seen on the test cluster's mgr,
+          // tests/fixtures/ceph/mgr/README.md): the last view, down, still stands, and so
+          // does it through a missed mgr scrape (staleness markers on the mgr's series). Read
+          // from the 68 per-host series above, not from the hour of the 1,260 per-OSD ones.
+          {
+            record: 'cluster_hostname:ceph_osd_up:max',
+            expr: |||
+              last_over_time(cluster_hostname:ceph_osd_up:max_instant[1h])
+            |||,
           },
         ],
       },
