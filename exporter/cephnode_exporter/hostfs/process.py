@@ -39,6 +39,7 @@ import threading
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
+    BATCH_PAGE,
     MAX_READ_BYTES,
     AttrFiles,
     HostFS,
@@ -452,11 +453,15 @@ def read_process(
         # took reads as gone once (ESRCH) and is reopened at the next scrape.
         files.close_under(prefix, keep=set(paths))
         state.listing = listing
-    for tid, path in zip(tids, paths, strict=True):
-        try:
-            data = _read_status(files, path)
-        except ProcessGone:
-            continue  # the thread exited between the listing and the read
+    # The kept files in one batched call (hostfs/batch.py); the plain read below opens
+    # the others (first scrape, budget full) and names a failed or page-long read.
+    batch = files.read_many(paths, BATCH_PAGE) if files is not None else [None] * len(paths)
+    for tid, path, data in zip(tids, paths, batch, strict=True):
+        if data is None:
+            try:
+                data = _read_status(files, path)
+            except ProcessGone:
+                continue  # the thread exited between the listing and the read
         fast = None if tid == pid else _thread_counts(data)
         if fast is not None:
             counts[tid] = (fast[0], fast[1])
