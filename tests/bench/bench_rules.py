@@ -35,6 +35,7 @@ Usage: python tests/bench/bench_rules.py [--times N] [--repeat N] [--manager-sec
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import platform
@@ -112,17 +113,23 @@ def build(
     needed: set[str],
     jobs: int,
     history_only: bool = False,
-) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    tail_s: int = 0,
+) -> tuple[dict[str, int], list[tuple[float, float]], dict[int, bytes]]:
     """Generate the fleet's series, backfill them and the recording rules, wait for the
     compaction. Prometheus is stopped on return. ``history_only``: in the main window,
     backfill only the recorded series some rule reads over a range or offset (what a
     rule manager starting at the window's end needs from before it); the others it
-    writes itself, into the head, as a long-running Prometheus has them."""
-    sc = F.Scenario(fleet, main_start)
+    writes itself, into the head, as a long-running Prometheus has them. ``tail_s``: the
+    main window goes on for that long after its end, and those samples are not
+    backfilled but returned, per time, as text exposition bodies for :class:`LiveTail`."""
+    minutes = fleet.timeline.end + -(-tail_s // 60)
+    sc = F.Scenario(fleet, main_start, main_minutes=minutes if tail_s else None)
     files, stats = F.generate(fleet, sc, work / "om", needed, snaps, jobs=jobs)
+    cut = main_start + fleet.timeline.end * 60
+    tail = split_tail(files, cut) if tail_s else {}
     R.backfill_openmetrics(files, work / "data", jobs=jobs)
     shutil.rmtree(work / "om")
-    windows = [(w.start, w.start + (w.steps - 1) * w.step_s) for w in sc.windows]
+    windows = [(w.start, min(cut, w.start + (w.steps - 1) * w.step_s)) for w in sc.windows]
     with R.Prometheus(work / "data") as prom:
         # Only the main window's recorded series are read at the bench's times (and the
         # baseline's, through offset 1w, by the regression alert).
@@ -133,7 +140,67 @@ def build(
         ]
         R.backfill_recording_rules(prom, rules, windows, work, window_rules=wanted, jobs=jobs)
         stats["blocks"] = wait_compacted(prom)
-    return stats, windows
+    return stats, windows, tail
+
+
+def split_tail(files: list[Path], cut: int) -> dict[int, bytes]:
+    """Take the samples after ``cut`` out of the OpenMetrics files (rewritten in place):
+    per time, the text exposition of those samples (timestamps in milliseconds), which
+    Prometheus scrapes while the rule manager runs."""
+    lines: dict[int, list[str]] = {}
+    for path in files:
+        if int(path.stem.rpartition("-")[2]) < cut // F.Writer.BLOCK_S:
+            continue  # a block range that ends before the cut (the baseline week)
+        kept = []
+        with open(path) as f:
+            for line in f:
+                head, _, stamp = line.rstrip("\n").rpartition(" ")
+                if head and stamp.isdigit() and int(stamp) > cut:
+                    lines.setdefault(int(stamp), []).append(f"{head} {int(stamp) * 1000}\n")
+                else:
+                    kept.append(line)
+        path.write_text("".join(kept))
+    return {t: "".join(v).encode() for t, v in sorted(lines.items())}
+
+
+class LiveTail:
+    """The fleet's samples after the backfilled data, served for scraping: each scrape
+    gets the latest time not in the future (with its timestamps), so that the rules see
+    fresh raw series in the head, as on a Prometheus that scrapes the fleet, instead of
+    data that ages while they run (a 2-minute rate would find no samples after a minute
+    of the run)."""
+
+    def __init__(self, bodies: dict[int, bytes]) -> None:
+        self.times = sorted(bodies)
+        self.bodies = bodies
+        self.scrapes = 0
+        tail = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                due = [t for t in tail.times if t <= time.time()]
+                body = tail.bodies[due[-1]] if due else b""
+                tail.scrapes += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> LiveTail:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def history_readers(rules: list[R.Rule]) -> list[R.Rule]:
@@ -181,6 +248,7 @@ def rule_manager(
     interval_s: int,
     profile: Path | None = None,
     binary: list[str] | None = None,
+    tail: dict[int, bytes] | None = None,
 ) -> tuple[
     dict[str, list[float]],
     dict[tuple[str, int], list[float]],
@@ -202,16 +270,28 @@ def rule_manager(
         dst = work / f"manager-{n}-{src.name}"
         dst.write_text(yaml.safe_dump(doc, sort_keys=False))
         paths.append(str(dst))
-    config = yaml.safe_dump(
-        {"global": {"evaluation_interval": f"{interval_s}s"}, "rule_files": paths}
-    )
+    live = LiveTail(tail or {})
+    cfg: dict = {"global": {"evaluation_interval": f"{interval_s}s"}, "rule_files": paths}
+    if tail:
+        # Scraped as the exporters and the mgr are (every 30 s), keeping the series' own
+        # job and instance labels.
+        cfg["scrape_configs"] = [
+            {
+                "job_name": "fleet-tail",
+                "honor_labels": True,
+                "scrape_interval": "30s",
+                "scrape_timeout": "25s",
+                "static_configs": [{"targets": [f"127.0.0.1:{live.port}"]}],
+            }
+        ]
+    config = yaml.safe_dump(cfg)
     wait = data_end + 1 - time.time()
     if wait > 0:
         time.sleep(wait)
     late = int(time.time() - data_end)
     seen: dict[str, dict[str, float]] = {}
     rule_seen: dict[tuple[str, int], dict[str, float]] = {}
-    with R.Prometheus(work / "data", config=config, binary=binary or "prometheus") as prom:
+    with live, R.Prometheus(work / "data", config=config, binary=binary or "prometheus") as prom:
         stop = time.monotonic() + seconds
         if profile is not None:
             # A CPU profile of the middle of the run, taken while the polling goes on.
@@ -241,7 +321,21 @@ def rule_manager(
             f"count(max_over_time(timestamp(ceph_daemon_op:cephnode_osd_op_latency_seconds"
             f":mean_rate2m)[{int(seconds) + 60}s:15s]) > {data_end})"
         )
+        # In how many evaluations an OSD's mean was written (without fresh raw data the
+        # 2-minute rates, and all that reads them, go empty after about a minute).
+        written = prom.query(
+            f"max(count_over_time(ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m"
+            f"[{int(time.time() - data_end) + 5}s]))"
+        )
+        scrapes = live.scrapes
     p99 = int(float(fresh[0]["value"][1])) if fresh else 0
+    with_means = int(float(written[0]["value"][1])) if written else 0
+    print(
+        f"rule manager: per-OSD means written in {with_means} of "
+        f"{len(seen.get('cephnode.osd', {}))} evaluations of cephnode.osd seen; "
+        f"{scrapes} scrapes of the fleet's samples after the backfill",
+        flush=True,
+    )
     per_group = {g: list(v.values()) for g, v in seen.items()}
     per_rule = {k: list(v.values()) for k, v in rule_seen.items()}
     return per_group, per_rule, unhealthy, p99, late, overlaps(seen)
@@ -314,6 +408,14 @@ def main() -> int:
         help="backfill every recorded series up to the rule manager's start, not only those "
         "read over a range or offset (each is then read from a block and the head at once)",
     )
+    ap.add_argument(
+        "--live-tail",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="feed the rule manager's Prometheus the fleet's samples after the backfill by "
+        "scraping them as they fall due (without: the data ends when the manager starts, "
+        "and the short-window rates find no samples after about a minute)",
+    )
     ap.add_argument("--rule-files", nargs=2, type=Path, default=RULE_FILES)
     ap.add_argument(
         "--dashboards",
@@ -369,7 +471,7 @@ def main() -> int:
             # production (node_exporter's series are not generated: those panels stay
             # empty and are counted as such).
             needed |= R.dashboard_metrics() & known
-        stats, windows = build(work / "iq", fleet, MAIN_START, snaps, rules, needed, jobs)
+        stats, windows, _ = build(work / "iq", fleet, MAIN_START, snaps, rules, needed, jobs)
         setup_s = time.monotonic() - t0
         print(
             f"fleet: {len(fleet.osds)} OSDs, {stats['series']} series, {stats['samples']} "
@@ -425,7 +527,7 @@ def main() -> int:
         # The main window ends when the second build is expected to be done (the first
         # build's time, with a margin); the rule manager starts there.
         data_end = int((time.time() + setup_s * 1.3 + 60) // 60 * 60)
-        build(
+        _, _, tail = build(
             work / "rm",
             fleet,
             data_end - TIMELINE.end * 60,
@@ -434,6 +536,7 @@ def main() -> int:
             needed,
             jobs,
             history_only=not args.manager_all_recordings,
+            tail_s=int(args.manager_seconds) + 120 if args.live_tail else 0,
         )
         per_group, per_rule_rm, unhealthy, p99, late, overlap = rule_manager(
             work / "rm",
@@ -443,6 +546,7 @@ def main() -> int:
             args.manager_interval,
             args.manager_profile,
             binary,
+            tail,
         )
         same = same_times(
             work / "rm" / "data", rules, data_end, args.manager_seconds, args.repeat, binary
