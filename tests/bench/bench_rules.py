@@ -275,6 +275,7 @@ def rule_manager(
         dst = work / f"manager-{n}-{src.name}"
         dst.write_text(yaml.safe_dump(doc, sort_keys=False))
         paths.append(str(dst))
+    # Without a tail nothing is served, but the context below stays one shape.
     live = LiveTail(tail or {})
     cfg: dict = {"global": {"evaluation_interval": f"{interval_s}s"}, "rule_files": paths}
     if tail:
@@ -512,7 +513,7 @@ def main() -> int:
                 f"  {statistics.median(per_rule[i]) * 1000:7.1f}  {rules[i].group}  {rules[i].name}"
             )
         print(
-            f"goal: all groups under 200 ms per evaluation: "
+            f"goal (instant queries, no rule manager): all groups under 200 ms per evaluation: "
             f"{'met' if statistics.median(totals) < 0.2 else 'NOT met'} (p50)",
             flush=True,
         )
@@ -539,6 +540,7 @@ def main() -> int:
         rounds = args.manager_rounds or (1 if args.live_tail else 3)
         per_group, per_rule_rm = {}, {}
         overlap: dict[str, tuple[int, int]] = {}
+        latest = 0
         for n in range(rounds):
             shutil.rmtree(work / "rm", ignore_errors=True)
             # The main window ends when this build is expected to be done (the first
@@ -565,6 +567,7 @@ def main() -> int:
                 binary,
                 tail,
             )
+            latest = max(latest, late)  # the warning below is for any round that overran
             for g, v in got.items():
                 per_group.setdefault(g, []).extend(v)
             for key, v in got_rule.items():
@@ -576,14 +579,14 @@ def main() -> int:
     if not per_group:
         print("the rule manager evaluated no group", file=sys.stderr)
         return 1
-    if late > 60:
-        print(f"warning: the second build overran; the data was {late} s old", file=sys.stderr)
+    if latest > 60:
+        print(f"warning: a build overran; the data was {latest} s old", file=sys.stderr)
     evals = min(len(v) for v in per_group.values())
     print(
         f"\n2. Rule manager at {len(fleet.osds)} OSDs: {args.manager_interval} s group "
-        f"interval, {rounds} x {seconds:.0f} s from {late} s after the data's end, at least "
-        f"{evals} evaluations per group; {p99} per-OSD mean series written by it; rules not "
-        f"healthy: {sum(unhealthy.values())}; load average {os.getloadavg()[0]:.1f}"
+        f"interval, {rounds} x {seconds:.0f} s from at most {latest} s after the data's end, "
+        f"at least {evals} evaluations per group; {p99} per-OSD mean series written by it; "
+        f"rules not healthy: {sum(unhealthy.values())}; load average {os.getloadavg()[0]:.1f}"
     )
     # Sum of the groups' medians: the groups run at their own times, not as one round.
     ordered = {g: per_group[g] for g in sizes if g in per_group}
