@@ -453,13 +453,17 @@ def _chunks(start: float, end: float, step: float, parts: int) -> list[tuple[flo
     """[start, end] cut into up to ``parts`` ranges that start on the ``step`` grid (the
     longest interval of the rules evaluated, so every group's evaluations fall on its own
     grid in every range) and overlap by one step: no evaluation is lost at a boundary (the
-    same sample written twice is one sample to the TSDB)."""
+    same sample written twice is one sample to the TSDB). No range is a single point
+    (promtool refuses an end that is not after the start): the overlap covers it."""
     steps = int((end - start) // step) + 1
     per = -(-steps // max(1, parts))
     out = []
     for a in range(0, steps, per):
         b = min(steps - 1, a + per)
-        out.append((start + a * step, start + b * step))
+        if b > a:
+            out.append((start + a * step, start + b * step))
+    if not out and end > start:
+        out.append((start, end))
     return out
 
 

@@ -16,25 +16,39 @@ week back, find them as under the rule manager):
    group (no HTTP, no JSON; the minimum of ``--repeat`` runs per rule and time). Not
    included: appending results and alert state. Per rule, so it says which rule costs.
 2. The rule manager. The fleet is generated again with its main window ending at the
-   minute the measurement starts (the data cannot end in the future: the head refuses
-   samples older than the newest block), Prometheus starts with the rule files (group
+   minute the measurement starts, and Prometheus starts with the rule files (group
    intervals shortened to ``--manager-interval`` for the bench only) and runs them at wall
-   clock time for ``--manager-seconds`` (55): while the data's last two samples, a minute
-   apart, are both inside a 2-minute rate's range, so every rule has all its inputs. That
-   is repeated ``--manager-rounds`` times (3) on data generated afresh, for 12 or more
-   evaluations per group. ``--live-tail`` instead runs once for longer while the bench's
-   Prometheus scrapes the fleet's later samples as they fall due; each series then lives
-   in a block and in the head at once, and every selection merges the two (too high).
-   Each group's ``evaluationTime`` from ``/api/v1/rules`` (what
+   clock time. Each group's ``evaluationTime`` from ``/api/v1/rules`` (what
    ``prometheus_rule_group_last_duration_seconds`` reports) is collected per evaluation:
    query, appending the recorded samples to the head, alert state; the groups run
-   concurrently, as they do in production.
+   concurrently, as they do in production. Where the raw series are:
+
+   - ``--head-minutes N`` (60 by default): as on a Prometheus that has scraped the fleet
+     and run the rules for an hour. The main window's last N minutes are not backfilled:
+     their raw samples, and the recorded series promtool computes from them on a scratch
+     copy, are served over HTTP with their timestamps, and Prometheus scrapes them every
+     second, one time per scrape, into its head (the head takes samples newer than the
+     newest block only, and a series' in order); the later raw samples follow as they
+     fall due. Then the rule files are loaded, and the evaluations count from the second
+     on, for ``--manager-seconds`` (180) in one run. Every window of up to N minutes reads
+     the head alone, its chunks about as full as with a 30 s scrape (a head chunk holds
+     120 samples, and decoding a chunk up to the query's time is part of each read), and
+     the rules run in the steady state of a running Prometheus, not while it creates the
+     recorded series.
+   - ``--head-minutes 0``: all in blocks, the data ending where the run begins (the head
+     refuses samples older than the newest block), for ``--manager-seconds`` (55): while
+     the data's last two samples, a minute apart, are both inside a 2-minute rate's range.
+     That is repeated ``--manager-rounds`` times (3) on data generated afresh, each time
+     from Prometheus' start. ``--live-tail`` runs once for longer while the later samples
+     are scraped as they fall due; each series then lives in a block and in the head at
+     once, and every selection merges the two (too high).
 
 Both wait until Prometheus has compacted the backfilled blocks (each promtool run writes
 its own, overlapping ones), as a long-running Prometheus would have.
 
 Usage: python tests/bench/bench_rules.py [--times N] [--repeat N] [--manager-seconds S]
-       [--rule-files RULES ALERTS] [--prometheus bookworm|trixie|sid] [--keep]
+       [--head-minutes N] [--rule-files RULES ALERTS] [--prometheus bookworm|trixie|sid]
+       [--keep]
 """
 
 from __future__ import annotations
@@ -119,6 +133,7 @@ def build(
     jobs: int,
     history_only: bool = False,
     tail_s: int = 0,
+    head_s: int = 0,
 ) -> tuple[dict[str, int], list[tuple[float, float]], dict[int, bytes]]:
     """Generate the fleet's series, backfill them and the recording rules, wait for the
     compaction. Prometheus is stopped on return. ``history_only``: in the main window,
@@ -126,11 +141,14 @@ def build(
     rule manager starting at the window's end needs from before it); the others it
     writes itself, into the head, as a long-running Prometheus has them. ``tail_s``: the
     main window goes on for that long after its end, and those samples are not
-    backfilled but returned, per time, as text exposition bodies for :class:`LiveTail`."""
+    backfilled but returned, per time, as text exposition bodies for :class:`LiveTail`.
+    ``head_s``: so are the main window's last seconds, which Prometheus then scrapes into
+    its head, and with them every recorded series over those seconds
+    (:func:`head_history`), as a Prometheus that has run the rules for that long has them."""
     minutes = fleet.timeline.end + -(-tail_s // 60)
     sc = F.Scenario(fleet, main_start, main_minutes=minutes if tail_s else None)
     files, stats = F.generate(fleet, sc, work / "om", needed, snaps, jobs=jobs)
-    cut = main_start + fleet.timeline.end * 60
+    cut = main_start + fleet.timeline.end * 60 - head_s
     tail = split_tail(files, cut) if tail_s else {}
     R.backfill_openmetrics(files, work / "data", jobs=jobs)
     shutil.rmtree(work / "om")
@@ -145,7 +163,70 @@ def build(
         ]
         R.backfill_recording_rules(prom, rules, windows, work, window_rules=wanted, jobs=jobs)
         stats["blocks"] = wait_compacted(prom)
+    if head_s:
+        head_history(work, rules, tail, cut, cut + head_s, jobs)
     return stats, windows, tail
+
+
+DUMP_LINE = re.compile(r'^\{__name__="([^"]+)"(?:, )?(.*)\} (\S+) (-?\d+)$')
+
+
+def head_history(
+    work: Path, rules: list[R.Rule], tail: dict[int, bytes], start: int, end: int, jobs: int
+) -> None:
+    """Add to ``tail`` every recorded series over (``start``, ``end``], so that the head
+    holds them as it holds the raw ones (the rules then read chunks as full as a running
+    Prometheus has, and the series exist before the rules run). promtool evaluates the
+    rules on a scratch copy of ``work/data`` plus the tail's raw samples up to ``end``."""
+    scratch = work / "scratch"
+    series: dict[str, list[str]] = {}
+    for t in sorted(tail):
+        if t > end:
+            break
+        for line in tail[t].decode().splitlines():
+            sample, _, ms = line.rpartition(" ")
+            series.setdefault(sample.rpartition(" ")[0], []).append(f"{sample} {int(ms) // 1000}\n")
+    om = work / "head.om"
+    with open(om, "w") as f:
+        for lines in series.values():
+            f.write("".join(lines))
+        f.write("# EOF\n")
+    R.backfill_openmetrics([om], scratch, jobs=1)
+    om.unlink()
+    for block in (work / "data").iterdir():
+        if (block / "meta.json").exists():
+            shutil.copytree(block, scratch / block.name, copy_function=os.link)
+    with R.Prometheus(scratch) as prom:
+        R.backfill_recording_rules(prom, rules, [(start, end)], work / "scratch-rules", jobs=jobs)
+    recorded = {r.name for r in rules if r.kind == "record"}
+    extra: dict[int, list[str]] = {}
+    with subprocess.Popen(
+        [
+            "promtool",
+            "tsdb",
+            "dump",
+            f"--min-time={(start + 1) * 1000}",
+            f"--max-time={end * 1000}",
+            str(scratch),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as dump:
+        assert dump.stdout is not None
+        for line in dump.stdout:
+            m = DUMP_LINE.match(line.rstrip("\n"))
+            if m and m.group(1) in recorded:
+                name, labels, value, ms = m.groups()
+                extra.setdefault(int(ms) // 1000, []).append(f"{name}{{{labels}}} {value} {ms}\n")
+    if dump.returncode != 0:
+        raise RuntimeError(f"promtool tsdb dump {scratch}: exit {dump.returncode}")
+    if not extra:
+        raise RuntimeError("no recorded series in the head's minutes")
+    for t, lines in extra.items():
+        tail[t] = tail.get(t, b"") + "".join(lines).encode()
+    shutil.rmtree(scratch)
+    shutil.rmtree(work / "scratch-rules", ignore_errors=True)
 
 
 def split_tail(files: list[Path], cut: int) -> dict[int, bytes]:
@@ -175,16 +256,30 @@ class LiveTail:
     data that ages while they run (a 2-minute rate would find no samples after a minute
     of the run)."""
 
-    def __init__(self, bodies: dict[int, bytes]) -> None:
+    def __init__(self, bodies: dict[int, bytes], catch_up: bool = False) -> None:
         self.times = sorted(bodies)
         self.bodies = bodies
         self.scrapes = 0
+        # catch_up: each scrape gets the oldest time not served yet that is due, so that a
+        # Prometheus scraping every second loads the times already past one by one (a
+        # series' samples must reach the head in order), then each new one as it falls due.
+        self.catch_up = catch_up
+        self.served = 0
+        self.caught_up_at = 0.0
         tail = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                due = [t for t in tail.times if t <= time.time()]
-                body = tail.bodies[due[-1]] if due else b""
+                now = time.time()
+                due = [t for t in tail.times if t <= now]
+                if not tail.catch_up:
+                    body = tail.bodies[due[-1]] if due else b""
+                elif tail.served < len(due):
+                    body = tail.bodies[due[tail.served]]
+                    tail.served += 1
+                else:
+                    body = b""
+                    tail.caught_up_at = tail.caught_up_at or now
                 tail.scrapes += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -254,6 +349,7 @@ def rule_manager(
     profile: Path | None = None,
     binary: list[str] | None = None,
     tail: dict[int, bytes] | None = None,
+    catch_up: bool = False,
 ) -> tuple[
     dict[str, list[float]],
     dict[tuple[str, int], list[float]],
@@ -266,7 +362,10 @@ def rule_manager(
     evaluation times seen, the rules not healthy at the end, the per-OSD mean series the
     rule manager wrote (newer than the data), the evaluations' first delay after the
     data's end in seconds, and per group its evaluations that overlapped another's.
-    Per rule (group, index in the group) too, the evaluation times seen."""
+    Per rule (group, index in the group) too, the evaluation times seen. ``catch_up``: the
+    tail starts in the past (:class:`LiveTail`); Prometheus scrapes it every second, gets
+    the rule files once it has caught up, and the evaluations count from an interval after
+    that, for ``seconds``."""
     paths = []
     for n, src in enumerate(rule_files):
         doc = yaml.safe_load(src.read_text())
@@ -276,20 +375,42 @@ def rule_manager(
         dst.write_text(yaml.safe_dump(doc, sort_keys=False))
         paths.append(str(dst))
     # Without a tail nothing is served, but the context below stays one shape.
-    live = LiveTail(tail or {})
+    live = LiveTail(tail or {}, catch_up=catch_up)
     cfg: dict = {"global": {"evaluation_interval": f"{interval_s}s"}, "rule_files": paths}
+    # With catch_up the rules are loaded once the head holds the tail's past times: before,
+    # they would write the recorded series the tail still brings, at newer times.
+    loaded = dict(cfg)
+    if catch_up:
+        cfg["rule_files"] = []
     if tail:
-        # Scraped as the exporters and the mgr are (every 30 s), keeping the series' own
-        # job and instance labels.
+        # Scraped as the exporters and the mgr are (every 30 s; every second while the
+        # head's minutes are loaded, then empty but for each new time), keeping the
+        # series' own job and instance labels.
         cfg["scrape_configs"] = [
             {
                 "job_name": "fleet-tail",
                 "honor_labels": True,
-                "scrape_interval": "30s",
-                "scrape_timeout": "25s",
+                "scrape_interval": "1s" if catch_up else "30s",
+                "scrape_timeout": "1s" if catch_up else "25s",
                 "static_configs": [{"targets": [f"127.0.0.1:{live.port}"]}],
+                # A recorded series has no job or instance of its own: not the tail's.
+                "metric_relabel_configs": [
+                    {
+                        "source_labels": ["job"],
+                        "regex": "fleet-tail",
+                        "target_label": "job",
+                        "replacement": "",
+                    },
+                    {
+                        "source_labels": ["instance"],
+                        "regex": r"127\.0\.0\.1:[0-9]+",
+                        "target_label": "instance",
+                        "replacement": "",
+                    },
+                ],
             }
         ]
+        loaded["scrape_configs"] = cfg["scrape_configs"]
     config = yaml.safe_dump(cfg)
     wait = data_end + 1 - time.time()
     if wait > 0:
@@ -297,8 +418,22 @@ def rule_manager(
     late = int(time.time() - data_end)
     seen: dict[str, dict[str, float]] = {}
     rule_seen: dict[tuple[str, int], dict[str, float]] = {}
+    counted_from = 0.0
     with live, R.Prometheus(work / "data", config=config, binary=binary or "prometheus") as prom:
         stop = time.monotonic() + seconds
+        if catch_up:
+            deadline = time.monotonic() + 300
+            while not live.caught_up_at and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if not live.caught_up_at:
+                raise RuntimeError("the rule manager's Prometheus did not scrape the tail")
+            prom.config_path.write_text(yaml.safe_dump(loaded))
+            req = urllib.request.Request(f"{prom.url}/-/reload", method="POST")
+            urllib.request.urlopen(req, timeout=60).read()
+            # The first evaluation of each group counts from the second on (caches, the
+            # alerts' state), for ``seconds``.
+            counted_from = time.time() + interval_s
+            stop = time.monotonic() + seconds + interval_s
         if profile is not None:
             # A CPU profile of the middle of the run, taken while the polling goes on.
             span = int(seconds / 2)
@@ -312,6 +447,8 @@ def rule_manager(
         while time.monotonic() < stop:
             for g in get(prom, "/api/v1/rules")["groups"]:
                 if g.get("lastEvaluation", "").startswith("0001"):
+                    continue
+                if catch_up and _instant(g["lastEvaluation"]) < counted_from:
                     continue
                 seen.setdefault(g["name"], {})[g["lastEvaluation"]] = g["evaluationTime"]
                 for i, r in enumerate(g["rules"]):
@@ -428,6 +565,15 @@ def main() -> int:
         "scraping them as they fall due (without: the data ends when the manager starts, "
         "and the short-window rates find no samples after about a minute)",
     )
+    ap.add_argument(
+        "--head-minutes",
+        type=int,
+        default=60,
+        help="the main window's last minutes go to the head, raw and recorded series, as on "
+        "a Prometheus that has scraped the fleet and run the rules, instead of a block; the "
+        "later raw samples follow as they fall due (implies --live-tail; one round of 180 s "
+        "by default; 0: all in blocks, rounds of 55 s)",
+    )
     ap.add_argument("--rule-files", nargs=2, type=Path, default=RULE_FILES)
     ap.add_argument(
         "--dashboards",
@@ -536,8 +682,9 @@ def main() -> int:
         if args.manager_seconds is not None and args.manager_seconds <= 0:
             return 0
         shutil.rmtree(work / "iq", ignore_errors=True)
-        seconds = args.manager_seconds or (180.0 if args.live_tail else 55.0)
-        rounds = args.manager_rounds or (1 if args.live_tail else 3)
+        live_tail = args.live_tail or args.head_minutes > 0
+        seconds = args.manager_seconds or (180.0 if live_tail else 55.0)
+        rounds = args.manager_rounds or (1 if live_tail else 3)
         per_group, per_rule_rm = {}, {}
         overlap: dict[str, tuple[int, int]] = {}
         latest = 0
@@ -555,7 +702,8 @@ def main() -> int:
                 needed,
                 jobs,
                 history_only=not args.manager_all_recordings,
-                tail_s=int(seconds) + 120 if args.live_tail else 0,
+                tail_s=int(seconds) + 120 + 2 * args.manager_interval if live_tail else 0,
+                head_s=args.head_minutes * 60,
             )
             got, got_rule, unhealthy, p99, late, seen_overlap = rule_manager(
                 work / "rm",
@@ -566,6 +714,7 @@ def main() -> int:
                 args.manager_profile if n == 0 else None,
                 binary,
                 tail,
+                catch_up=args.head_minutes > 0,
             )
             latest = max(latest, late)  # the warning below is for any round that overran
             for g, v in got.items():
@@ -585,7 +734,12 @@ def main() -> int:
     print(
         f"\n2. Rule manager at {len(fleet.osds)} OSDs: {args.manager_interval} s group "
         f"interval, {rounds} x {seconds:.0f} s from at most {latest} s after the data's end, "
-        f"at least {evals} evaluations per group; {p99} per-OSD mean series written by it; "
+        + (
+            f"the last {args.head_minutes} min of raw series scraped into the head, "
+            if args.head_minutes
+            else ""
+        )
+        + f"at least {evals} evaluations per group; {p99} per-OSD mean series written by it; "
         f"rules not healthy: {sum(unhealthy.values())}; load average {os.getloadavg()[0]:.1f}"
     )
     # Sum of the groups' medians: the groups run at their own times, not as one round.
