@@ -55,7 +55,7 @@ local fold = text.fold;
                 )
               )
               * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
-              group by (%(clusterLabel)s, ceph_daemon, hostname) (ceph_daemon_device_class:ceph_osd_metadata:group)
+              ceph_daemon_device_class:ceph_osd_metadata:group
             ||| % $._config,
           },
           // The host behind laggy PGs when no single OSD is (a host whose network stalls: each

@@ -66,17 +66,11 @@
               sum by (%(clusterLabel)s, instance) (cephnode_cpu_idle_cpus)
             ||| % $._config,
           },
-          // Estimated share of CPU time spent waking up (entries x exit latency per second,
-          // per CPU): all states, and only the deep ones. What a deep state costs in latency
-          // is this time on the critical path of I/O completions.
-          {
-            record: 'instance:cephnode_cpu_idle_wakeup_seconds:ratio_rate5m',
-            expr: |||
-              sum by (%(clusterLabel)s, instance) (rate(cephnode_cpu_idle_state_wakeup_seconds_total[5m]))
-              / on (%(clusterLabel)s, instance)
-              sum by (%(clusterLabel)s, instance) (cephnode_cpu_idle_cpus)
-            ||| % $._config,
-          },
+          // Estimated share of CPU time spent waking up from the deep states (entries x exit
+          // latency per second, per CPU): what they cost in latency, on the critical path of
+          // I/O completions (the fleet dashboard's panel). The same over all states is
+          // `sum(rate(cephnode_cpu_idle_state_wakeup_seconds_total[5m]))` over the CPUs, a query
+          // when wanted; nothing read it as a recording.
           {
             record: 'instance:cephnode_cpu_idle_deep_wakeup_seconds:ratio_rate5m',
             expr: |||
@@ -91,8 +85,9 @@
           },
           // kprofile shares of busy (non-idle) CPU samples over the windows of the last 10
           // minutes (about 10 windows at the default 5 s every 60 s): contended spin locks of
-          // any kind, spin locks under IOMMU/IOVA code, and all IOMMU work (spinning or not).
-          // The alert reads the latest window's gauge; these smooth it for dashboards.
+          // any kind, and spin locks under IOMMU/IOVA code. The alert reads the latest
+          // window's gauge; these smooth it for the dashboards (all IOMMU work, spinning or
+          // not, is the same ratio of classes iommu and spinlock_iommu, a query when wanted).
           {
             record: 'instance:cephnode_kprofile_spinlock:ratio_rate10m',
             expr: |||
@@ -105,14 +100,6 @@
             record: 'instance:cephnode_kprofile_spinlock_iommu:ratio_rate10m',
             expr: |||
               sum by (%(clusterLabel)s, instance) (rate(cephnode_kprofile_samples_total{class="spinlock_iommu"}[10m]))
-              /
-              sum by (%(clusterLabel)s, instance) (rate(cephnode_kprofile_samples_total{class!="idle"}[10m]))
-            ||| % $._config,
-          },
-          {
-            record: 'instance:cephnode_kprofile_iommu:ratio_rate10m',
-            expr: |||
-              sum by (%(clusterLabel)s, instance) (rate(cephnode_kprofile_samples_total{class=~"iommu|spinlock_iommu"}[10m]))
               /
               sum by (%(clusterLabel)s, instance) (rate(cephnode_kprofile_samples_total{class!="idle"}[10m]))
             ||| % $._config,
