@@ -357,15 +357,17 @@ def rule_manager(
     int,
     int,
     dict[str, tuple[int, int]],
+    tuple[float, float],
 ]:
     """Run the rule files in a Prometheus on ``work/data`` from ``data_end``; per group the
     evaluation times seen, the rules not healthy at the end, the per-OSD mean series the
     rule manager wrote (newer than the data), the evaluations' first delay after the
-    data's end in seconds, and per group its evaluations that overlapped another's.
-    Per rule (group, index in the group) too, the evaluation times seen. ``catch_up``: the
-    tail starts in the past (:class:`LiveTail`); Prometheus scrapes it every second, gets
-    the rule files once it has caught up, and the evaluations count from an interval after
-    that, for ``seconds``."""
+    data's end in seconds, per group its evaluations that overlapped another's, and the
+    first and last start of the evaluations counted. Per rule (group, index in the group)
+    too, the evaluation times seen. ``catch_up``: the tail starts in the past
+    (:class:`LiveTail`); Prometheus scrapes it every second, gets the rule files once it
+    has caught up, and the evaluations count from an interval after that, for
+    ``seconds``."""
     paths = []
     for n, src in enumerate(rule_files):
         doc = yaml.safe_load(src.read_text())
@@ -377,11 +379,6 @@ def rule_manager(
     # Without a tail nothing is served, but the context below stays one shape.
     live = LiveTail(tail or {}, catch_up=catch_up)
     cfg: dict = {"global": {"evaluation_interval": f"{interval_s}s"}, "rule_files": paths}
-    # With catch_up the rules are loaded once the head holds the tail's past times: before,
-    # they would write the recorded series the tail still brings, at newer times.
-    loaded = dict(cfg)
-    if catch_up:
-        cfg["rule_files"] = []
     if tail:
         # Scraped as the exporters and the mgr are (every 30 s; every second while the
         # head's minutes are loaded, then empty but for each new time), keeping the
@@ -410,8 +407,9 @@ def rule_manager(
                 ],
             }
         ]
-        loaded["scrape_configs"] = cfg["scrape_configs"]
-    config = yaml.safe_dump(cfg)
+    # With catch_up the rules are loaded once the head holds the tail's past times: before,
+    # they would write the recorded series the tail still brings, at newer times.
+    config = yaml.safe_dump({**cfg, "rule_files": []} if catch_up else cfg)
     wait = data_end + 1 - time.time()
     if wait > 0:
         time.sleep(wait)
@@ -427,7 +425,7 @@ def rule_manager(
                 time.sleep(0.5)
             if not live.caught_up_at:
                 raise RuntimeError("the rule manager's Prometheus did not scrape the tail")
-            prom.config_path.write_text(yaml.safe_dump(loaded))
+            prom.config_path.write_text(yaml.safe_dump(cfg))
             req = urllib.request.Request(f"{prom.url}/-/reload", method="POST")
             urllib.request.urlopen(req, timeout=60).read()
             # The first evaluation of each group counts from the second on (caches, the
@@ -481,21 +479,23 @@ def rule_manager(
     )
     per_group = {g: list(v.values()) for g, v in seen.items()}
     per_rule = {k: list(v.values()) for k, v in rule_seen.items()}
-    return per_group, per_rule, unhealthy, p99, late, overlaps(seen)
+    starts = [_instant(t) for v in seen.values() for t in v] or [float(data_end)]
+    span = (min(starts), max(starts))
+    return per_group, per_rule, unhealthy, p99, late, overlaps(seen), span
 
 
 def same_times(
     data: Path,
     rules: list[R.Rule],
-    data_end: int,
-    seconds: float,
+    span: tuple[float, float],
     repeat: int,
     binary: list[str] | None = None,
 ) -> dict[int, float]:
-    """Per rule: the median over 5 of the rule manager's evaluation times of its instant
-    query's cost, on the data the manager left (its recorded series are in the head, from
-    the WAL). What the queries cost there without the manager around them."""
-    times = [data_end + seconds * (k + 0.5) / 5 for k in range(5)]
+    """Per rule: the median over 5 times spread over the counted evaluations' ``span`` of
+    its instant query's cost, on the data the manager left (its recorded series are in the
+    head, from the WAL). What the queries cost there without the manager around them."""
+    first, last = span
+    times = [first + (last - first) * (k + 0.5) / 5 for k in range(5)]
     with R.Prometheus(data, binary=binary or "prometheus") as prom:
         _, per_rule, _ = instant_queries(prom, rules, times, repeat)
     return {i: statistics.median(v) for i, v in per_rule.items()}
@@ -705,7 +705,7 @@ def main() -> int:
                 tail_s=int(seconds) + 120 + 2 * args.manager_interval if live_tail else 0,
                 head_s=args.head_minutes * 60,
             )
-            got, got_rule, unhealthy, p99, late, seen_overlap = rule_manager(
+            got, got_rule, unhealthy, p99, late, seen_overlap, span = rule_manager(
                 work / "rm",
                 rule_files,
                 data_end,
@@ -724,18 +724,19 @@ def main() -> int:
             for g, (hit, of) in seen_overlap.items():
                 was = overlap.get(g, (0, 0))
                 overlap[g] = (was[0] + hit, was[1] + of)
-        same = same_times(work / "rm" / "data", rules, data_end, seconds, args.repeat, binary)
+        same = same_times(work / "rm" / "data", rules, span, args.repeat, binary)
     if not per_group:
         print("the rule manager evaluated no group", file=sys.stderr)
         return 1
-    if latest > 60:
+    if latest > 60 and not live_tail:
+        # (With a live tail the samples due meanwhile are scraped: nothing is stale.)
         print(f"warning: a build overran; the data was {latest} s old", file=sys.stderr)
     evals = min(len(v) for v in per_group.values())
     print(
         f"\n2. Rule manager at {len(fleet.osds)} OSDs: {args.manager_interval} s group "
         f"interval, {rounds} x {seconds:.0f} s from at most {latest} s after the data's end, "
         + (
-            f"the last {args.head_minutes} min of raw series scraped into the head, "
+            f"the last {args.head_minutes} min of raw and recorded series scraped into the head, "
             if args.head_minutes
             else ""
         )
