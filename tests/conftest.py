@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cephnode_exporter.cli import build_scraper, parse_args
-from cephnode_exporter.scrape import Collection
+from cephnode_exporter.collection import Collection
 from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.bench import syscall_limit as sl
+from tests.bench.ticker import Ticker
+from tests.conftest import MakeTree
 
 TRACE = textwrap.dedent(
     """\
@@ -173,3 +175,34 @@ def test_repeated_opens() -> None:
     ]
     plan = sl.replay_plan(sl.Window("c", 1.0, 2.0, sl.parse_strace(trace)))
     assert sl.repeated_opens(plan) == [("/a", 3), ("/b", 2)]
+
+
+# --- counters that move between scrapes (tests/bench/ticker.py) -------------------------
+
+
+def test_ticker_moves_the_node_counters_and_leaves_settings(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    state = tree.sys / "devices/system/cpu/cpu7/cpuidle/state2"
+    freq = tree.sys / "devices/system/cpu/cpu7/cpufreq/scaling_cur_freq"
+    settings = {p: p.read_bytes() for p in (state / "disable", state / "name", state / "latency")}
+    before = {name: int((state / name).read_text()) for name in ("usage", "time", "above")}
+    ticker = Ticker(tree.root)
+    try:
+        assert ticker.files == 96 * 3 * 5 + 96 + 10  # counters, frequencies, in-flight
+        seen_freqs = set()
+        for _ in range(3):
+            ticker.tick()
+            seen_freqs.add(int(freq.read_text()))
+            now = {name: int((state / name).read_text()) for name in before}
+            assert all(now[n] > before[n] for n in before), (before, now)
+            before = now
+            # A read after the tick does not update the access time (relatime): it is
+            # already later than the write.
+            st = (state / "usage").stat()
+            assert st.st_atime_ns > st.st_mtime_ns
+        assert len(seen_freqs) == 3
+        assert {p: p.read_bytes() for p in settings} == settings
+        inflight = (tree.sys / "block/nvme0n1/inflight").read_text()
+        assert len(inflight.split()) == 2 and inflight.endswith("\n")
+    finally:
+        ticker.close()

@@ -333,7 +333,7 @@ def test_fact_hash_counts_the_osds_as_a_set() -> None:
     """osd_info: an added OSD, one missing from a scrape or one with a value not read in
     it is no change; a new version or allocator on one OSD is (the hash leaves
     ceph_daemon out)."""
-    from cephnode_exporter.scrape import Collection
+    from cephnode_exporter.collection import Collection
     from prometheus_client.core import GaugeMetricFamily
 
     def fact_hash(osds: dict[str, str], allocator: dict[str, str] | None = None) -> float | None:

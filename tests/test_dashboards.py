@@ -62,8 +62,8 @@ import pytest
 import yaml
 from cephnode_exporter.ceph.pgs import parse_pg_ls
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.pgs import build_metrics
-from cephnode_exporter.scrape import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, Tree, need_tool, value

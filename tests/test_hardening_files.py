@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection, Outcome
 from cephnode_exporter.hostfs import (
     NR_CPUS_MAX,
     AttrFiles,
@@ -29,7 +30,6 @@ from cephnode_exporter.hostfs import (
 from cephnode_exporter.hostfs.cpu import online_cpus
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
 from cephnode_exporter.safeio import MAX_CONFIG_BYTES, ConfigFileError, read_config_text
-from cephnode_exporter.scrape import Collection, Outcome
 
 from tests.conftest import MakeTree, Tree, collect, run_cli, value
 from tests.fixtures.sysfsgen import load_node

@@ -42,8 +42,8 @@ from cephnode_exporter.ceph.discovery import (
     limit_sockets,
 )
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.base import ItemLimit, natural_key
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import REPO, MakeTree, Tree, collect, samples, value
 from tests.test_asok import FakeServer, reply

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 import pytest
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.hostfs import HostFS, ParseError
 from cephnode_exporter.hostfs.cmdline import parse_cmdline
@@ -26,7 +27,6 @@ from cephnode_exporter.hostfs.iommu import (
     read_units,
 )
 from cephnode_exporter.hostfs.pci import read_iommu_group
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import (
     GOLDEN,

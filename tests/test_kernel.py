@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.checks import load_all, resolve
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
 from cephnode_exporter.hostfs.kernel import (
@@ -27,7 +28,6 @@ from cephnode_exporter.hostfs.kernel import (
 )
 from cephnode_exporter.hostfs.sysctl import parse_sysctl, read_sysctl, sysctl_path_parts
 from cephnode_exporter.profile import ProfileError, load_profile
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import (
     GOLDEN,

@@ -37,6 +37,7 @@ import psutil
 import pytest
 from cephnode_exporter.checks import Status, load_all
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import kprofile as kprofile_collector
 from cephnode_exporter.facts.kprofile import KprofileFacts
 from cephnode_exporter.kprofile.classify import Classifier, SampleClass, Tally
@@ -52,7 +53,6 @@ from cephnode_exporter.kprofile.perfscript import PerfScriptParser
 from cephnode_exporter.kprofile.runner import run_window
 from cephnode_exporter.kprofile.sampler import Sampler
 from cephnode_exporter.profile import ProfileError, load_profile
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import REPO, MakeTree, Tree, need, need_root, need_tool, run_cli, value
 from tests.fixtures.kprofile import fakeperf

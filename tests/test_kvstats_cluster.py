@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.ceph.asok import AdminSocket
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.osd_catalogue import KV_CF_COUNTERS, KV_DB_COUNTERS
-from cephnode_exporter.scrape import Collection
 
 from tests.cephcluster import CephCluster, shared_cluster
 from tests.conftest import Tree, collect, samples, value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from cephnode_exporter.scrape import Collection
+from cephnode_exporter.collection import Collection
 
 from tests.conftest import REPO, MakeTree, Tree, collect
 from tests.fixtures.sysfsgen import load_node

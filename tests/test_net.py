@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.checks import load_all
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.devices import NetInterface, SysfsDevices
 from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors, inet
@@ -62,7 +63,6 @@ from cephnode_exporter.hostfs.net import (
     read_interface,
 )
 from cephnode_exporter.profile import ProfileError, load_profile
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import (
     GOLDEN,

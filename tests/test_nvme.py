@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from cephnode_exporter import devices
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.devices import DeviceDiscovery, FixtureEvents, NvmeController, SysfsDevices
 from cephnode_exporter.hostfs import HostFS, ParseError
@@ -40,7 +41,7 @@ from cephnode_exporter.hostfs.pci import (
     parse_numa_node,
     pci_function_dir,
 )
-from cephnode_exporter.scrape import Collection, Scraper
+from cephnode_exporter.scrape import Scraper
 
 from tests.conftest import (
     GOLDEN,

@@ -32,12 +32,12 @@ import pytest
 from cephnode_exporter.ceph import counters, perf
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import osd as osd_collector
 from cephnode_exporter.collectors import osd_catalogue, osd_query
 from cephnode_exporter.collectors.osd import OSDCollectorFacts, OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError, blockdev, numa, process
 from cephnode_exporter.profile import load_profile
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import REPO, Tree, collect, need, need_root, need_tool, samples, value
 from tests.fixtures.sysfsgen import build_tree, load_node

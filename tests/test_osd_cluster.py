@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from cephnode_exporter.ceph.asok import AdminSocket
 from cephnode_exporter.cli import build_scraper, parse_args
-from cephnode_exporter.scrape import Collection
+from cephnode_exporter.collection import Collection
 
 from tests.cephcluster import CephCluster, shared_cluster
 from tests.conftest import Tree, collect, samples, value

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from cephnode_exporter.ceph import counters, kvstats, perf
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import osd_catalogue
 from cephnode_exporter.exposition import encode
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import Tree, collect, samples, value
 from tests.test_asok import reply

@@ -44,8 +44,8 @@ from cephnode_exporter.ceph.pgs import (
     parse_pg_ls,
 )
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.pgs import DEFAULT_TIMEOUT, build_metrics, effective_timeout
-from cephnode_exporter.scrape import Collection
 
 from tests.conftest import REPO, Tree, collect, need, samples, value
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cephnode_exporter.ceph.librados import ClientSettings, MonCommandClient
 from cephnode_exporter.ceph.pgs import COMMAND
-from cephnode_exporter.scrape import Collection
+from cephnode_exporter.collection import Collection
 
 from tests.cephcluster import TOOLS, CephCluster, ClusterError
 from tests.conftest import Tree, collect, need_root, need_tool, value

@@ -35,7 +35,7 @@ import pytest
 from cephnode_exporter.ceph.librados import ClientSettings, MonCommandClient
 from cephnode_exporter.ceph.pgs import COMMAND
 from cephnode_exporter.cli import build_scraper, parse_args
-from cephnode_exporter.scrape import Collection
+from cephnode_exporter.collection import Collection
 
 from tests.cephcluster import CephCluster, ClusterError, shared_cluster
 from tests.conftest import Tree, collect, samples, value

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.cli import build_scraper, parse_args
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.base import Collector, CollectorContext
 from cephnode_exporter.hostfs import HostFS
 from cephnode_exporter.profile import load_profile
-from cephnode_exporter.scrape import Collection, Scraper
+from cephnode_exporter.scrape import Scraper
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from tests.conftest import MakeTree, Tree, collect, samples, value

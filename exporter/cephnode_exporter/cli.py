@@ -23,6 +23,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from cephnode_exporter import __version__, logs
 from cephnode_exporter.checks import Status, load_all
+from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors import REGISTRY, CollectorContext
 from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, bounded
 from cephnode_exporter.exposition import encode
@@ -30,7 +31,7 @@ from cephnode_exporter.hostfs import HostFS, batch, raise_nofile_limit, read_tex
 from cephnode_exporter.process_metrics import ProcessMetrics
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
-from cephnode_exporter.scrape import Collection, Scraper
+from cephnode_exporter.scrape import Scraper
 
 log = logging.getLogger("cephnode_exporter")
 

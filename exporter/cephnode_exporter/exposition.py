@@ -62,52 +62,79 @@ def _label_text(key: tuple[tuple[str, str], ...]) -> str:
     return "{" + inner + "}"
 
 
+# The text of each family of the last encoding, by the family object: a collector
+# whose facts did not change hands the same family objects on (scrape.py), and their
+# text is the same. Each entry keeps its family alive, so an id is never reused while
+# it is here; only the families of the last encoding are kept.
+_FAMILY_TEXT: dict[int, tuple[Metric, str]] = {}
+
+
 def encode(families: Iterable[Metric]) -> bytes:
     """The text exposition of ``families``."""
+    global _FAMILY_TEXT
     cache = _LABEL_TEXT
     if len(cache) > _LABEL_TEXT_MAX:
         cache.clear()
     values = _VALUE_TEXT
     if len(values) > _VALUE_TEXT_MAX:
         values.clear()
+    previous = _FAMILY_TEXT
+    texts: dict[int, tuple[Metric, str]] = {}
+    out: list[str] = []
+    for metric in families:
+        key = id(metric)
+        known = previous.get(key)
+        if known is None or known[0] is not metric:
+            known = (metric, _family_text(metric, cache, values))
+        texts[key] = known
+        out.append(known[1])
+    _FAMILY_TEXT = texts
+    return "".join(out).encode("utf-8")
+
+
+def _family_text(
+    metric: Metric,
+    cache: dict[tuple[tuple[str, str], ...], str],
+    values: dict[float, str],
+) -> str:
+    """One family's HELP, TYPE and sample lines."""
     fmt = format_value
     out: list[str] = []
     append = out.append
-    for metric in families:
-        mtype, suffix = _TYPES.get(metric.type, (metric.type, ""))
-        name = metric.name + suffix
-        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        append(f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n")
-        late: dict[str, list[str]] | None = None
-        for s in metric.samples:
-            v = s.value
-            shown = values.get(v)
-            if shown is None:
-                shown = fmt(v)
-                if v and v == v:
-                    values[v] = shown
-            if s.labels:
-                key = tuple(s.labels.items())
-                text = cache.get(key)
-                if text is None:
-                    text = cache[key] = _label_text(key)
-                line = f"{s.name}{text} {shown}"
-            else:
-                line = f"{s.name} {shown}"
-            if s.timestamp is not None:
-                line += f" {int(float(s.timestamp) * 1000):d}"
-            if (
-                s.name.endswith(_OM_SUFFIXES)
-                and s.name.startswith(metric.name)
-                and s.name[len(metric.name) :] in _OM_SUFFIXES
-            ):
-                if late is None:
-                    late = {}
-                late.setdefault(s.name[len(metric.name) :], []).append(line + "\n")
-            else:
-                append(line + "\n")
-        if late:
-            for om, lines in sorted(late.items()):
-                append(f"# HELP {metric.name}{om} {doc}\n# TYPE {metric.name}{om} gauge\n")
-                out.extend(lines)
-    return "".join(out).encode("utf-8")
+    mtype, suffix = _TYPES.get(metric.type, (metric.type, ""))
+    name = metric.name + suffix
+    doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    append(f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n")
+    late: dict[str, list[str]] | None = None
+    for s in metric.samples:
+        v = s.value
+        shown = values.get(v)
+        if shown is None:
+            shown = fmt(v)
+            if v and v == v:
+                values[v] = shown
+        if s.labels:
+            key = tuple(s.labels.items())
+            text = cache.get(key)
+            if text is None:
+                text = cache[key] = _label_text(key)
+            line = f"{s.name}{text} {shown}"
+        else:
+            line = f"{s.name} {shown}"
+        if s.timestamp is not None:
+            line += f" {int(float(s.timestamp) * 1000):d}"
+        if (
+            s.name.endswith(_OM_SUFFIXES)
+            and s.name.startswith(metric.name)
+            and s.name[len(metric.name) :] in _OM_SUFFIXES
+        ):
+            if late is None:
+                late = {}
+            late.setdefault(s.name[len(metric.name) :], []).append(line + "\n")
+        else:
+            append(line + "\n")
+    if late:
+        for om, lines in sorted(late.items()):
+            append(f"# HELP {metric.name}{om} {doc}\n# TYPE {metric.name}{om} gauge\n")
+            out.extend(lines)
+    return "".join(out)

@@ -19,216 +19,24 @@ Three rules shape this module:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import platform
 import queue
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from cephnode_exporter import __version__
-from cephnode_exporter.checks.base import CheckSpec, Result, Status
+from cephnode_exporter.checks.base import CheckSpec, Result
 from cephnode_exporter.checks.evaluate import CollectorFacts, evaluate
-from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, Collector, metric_name
-from cephnode_exporter.logs import dropped_messages, kv
+from cephnode_exporter.collection import Collection, Outcome
+from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, Collector
+from cephnode_exporter.logs import kv
 from cephnode_exporter.profile import Profile
 
 log = logging.getLogger(__name__)
-
-# The _info families whose label sets are tuning facts: a changed kernel parameter,
-# driver, firmware, tuned or checks profile, or Ceph version is what a rule watching for
-# changes (alerts/, CephNodeTuningChanged) reports beside changed check results.
-TUNING_FACTS = (
-    "cpu_idle_driver_info",
-    "cpu_idle_kernel_params_info",
-    "cpu_amd_pstate_info",
-    "kernel_cmdline_info",
-    "iommu_kernel_params_info",
-    "iommu_group_info",
-    "tuned_profile_info",
-    "tuning_profile_info",
-    "nvme_controller_info",
-    "osd_info",
-    "bios_info",
-    "cpu_microcode_info",
-    "kernel_release_info",
-    "transparent_hugepage_info",
-)
-# Families whose empty label values mean "not read this scrape" (an OSD's version before
-# it answered, its allocator while its process was unreadable): such a series counts as
-# missing from the set, not as a changed fact.
-UNREAD_IS_EMPTY = frozenset({"osd_info"})
-
-
-def state_hash(items: Iterable[tuple[str, ...]]) -> float:
-    """A 48-bit hash of a set of string tuples, as a float that holds it exactly.
-
-    The same set gives the same value in every process, order and Python version (no
-    ``hash()``), so the value changes only when the set does: one series a rule can watch
-    with ``changes()`` instead of reading every series behind it.
-    """
-    h = hashlib.blake2b(digest_size=6)
-    for item in sorted(set(items)):
-        h.update("\x1f".join(item).encode() + b"\x1e")
-    return float(int.from_bytes(h.digest(), "big"))
-
-
-@dataclass
-class Outcome:
-    """What one collector produced in one collection."""
-
-    name: str
-    success: bool
-    duration: float
-    facts: Any = None
-    families: list[Metric] = field(default_factory=list)
-    read_errors: int = 0
-    items_dropped: int = 0
-    error: str | None = None
-
-
-@dataclass
-class Collection:
-    """The result of one collection: per-collector outcomes and the check results."""
-
-    outcomes: list[Outcome]
-    results: list[Result]
-    profile_name: str
-
-    def families(self) -> list[Metric]:
-        """Every metric family of this collection, the exporter's own included."""
-        out: list[Metric] = []
-        for o in self.outcomes:
-            out.extend(o.families)
-        out.extend(self._meta())
-        out = [f for f in out if f.samples]
-        facts = self._fact_hashes(out)
-        return [*out, facts] if facts.samples else out
-
-    @staticmethod
-    def _fact_hashes(families: list[Metric]) -> Metric:
-        """One hash per TUNING_FACTS family present. ``ceph_daemon`` is left out: the
-        OSDs' facts count as a set (a new version on one OSD shows, an OSD that missed a
-        scrape or was added does not), and an OSD with a value not read in this scrape
-        (UNREAD_IS_EMPTY) counts as missing. A family absent in this scrape (its collector
-        failed, or the node has no such fact) has no hash, so a failed read is no change."""
-        facts = GaugeMetricFamily(
-            metric_name("tuning_fact_hash"),
-            "A hash of the label sets of the tuning fact's _info series (ceph_daemon left "
-            "out); it changes when the fact does.",
-            labels=["fact"],
-        )
-        wanted = {metric_name(f): f for f in TUNING_FACTS}
-        for family in families:
-            fact = wanted.get(family.name)
-            if fact is None:
-                continue
-            partial = fact in UNREAD_IS_EMPTY
-            items = (
-                tuple(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "ceph_daemon")
-                for s in family.samples
-                if not (partial and "" in s.labels.values())
-            )
-            facts.add_metric([fact], state_hash(items))
-        return facts
-
-    def _meta(self) -> Iterable[Metric]:
-        build = GaugeMetricFamily(
-            metric_name("exporter_build_info"),
-            "The exporter's version and the Python running it.",
-            labels=["version", "python_version"],
-        )
-        build.add_metric([__version__, platform.python_version()], 1.0)
-        yield build
-        # Process-wide, like build_info: logging never blocks serving (cephnode_exporter.logs).
-        yield CounterMetricFamily(
-            metric_name("exporter_log_messages_dropped"),
-            "Log lines dropped because stderr could not take them without blocking.",
-            value=float(dropped_messages()),
-        )
-        success = GaugeMetricFamily(
-            metric_name("scrape_collector_success"),
-            "1 when the collector succeeded in this scrape, 0 when it failed or timed out.",
-            labels=["collector"],
-        )
-        duration = GaugeMetricFamily(
-            metric_name("scrape_collector_duration_seconds"),
-            "Time the collector took in this scrape.",
-            labels=["collector"],
-        )
-        errors = GaugeMetricFamily(
-            metric_name("scrape_collector_read_errors"),
-            "Items the collector skipped in this scrape because a file was unreadable or "
-            "malformed (the log names them).",
-            labels=["collector"],
-        )
-        dropped = GaugeMetricFamily(
-            metric_name("scrape_collector_items_dropped"),
-            "Items (devices, interfaces, OSD sockets) the collector left out of this scrape "
-            "because the node has more than its --collector.<name>.max-* flag allows.",
-            labels=["collector"],
-        )
-        for o in self.outcomes:
-            success.add_metric([o.name], 1.0 if o.success else 0.0)
-            duration.add_metric([o.name], o.duration)
-            errors.add_metric([o.name], float(o.read_errors))
-            dropped.add_metric([o.name], float(o.items_dropped))
-        yield from (success, duration, errors, dropped)
-        profile = GaugeMetricFamily(
-            metric_name("tuning_profile_info"),
-            "The tuning profile the checks are evaluated against.",
-            labels=["profile"],
-        )
-        profile.add_metric([self.profile_name], 1.0)
-        yield profile
-        # Only the subjects that fail or warn have a series (value 1), as ALERTS has only
-        # firing alerts: at 630 OSDs the passing ones were 11,000 series of zeros that
-        # every detuned-node alert read each minute (docs/performance.md). Which checks
-        # were judged, passing ones included, is in the hash below.
-        failed = GaugeMetricFamily(
-            metric_name("tuning_check_failed"),
-            "1 when the tuning check fails for the subject (see `cephnode-exporter check`); "
-            "no series when it does not.",
-            labels=["check", "subject"],
-        )
-        warning = GaugeMetricFamily(
-            metric_name("tuning_check_warning"),
-            "1 when the tuning check warns for the subject; no series when it does not.",
-            labels=["check", "subject"],
-        )
-        # Per judged check, a hash of its failing and warning subjects: one series per
-        # check that changes whenever one of those results does, so that a rule watching
-        # for changes (alerts/, CephNodeTuningChanged) need not read every result for an
-        # hour. Passing subjects are left out: one that turns unknown (its OSD missed a
-        # scrape) is no change.
-        hashes = GaugeMetricFamily(
-            metric_name("tuning_check_hash"),
-            "A hash of the tuning check's failing and warning subjects and their status, "
-            "one series per check judged in this scrape; it changes when they do.",
-            labels=["check"],
-        )
-        deviating: dict[str, list[tuple[str, str]]] = {}
-        for r in self.results:
-            if r.status in (Status.SKIP, Status.UNKNOWN):
-                # Unknown is carried by the collector's success metric; skip is not a result.
-                continue
-            subjects = deviating.setdefault(r.check, [])
-            if r.status == Status.FAIL:
-                failed.add_metric([r.check, r.subject], 1.0)
-            elif r.status == Status.WARN:
-                warning.add_metric([r.check, r.subject], 1.0)
-            else:
-                continue
-            subjects.append((r.subject, r.status.value))
-        for check, subjects in deviating.items():
-            hashes.add_metric([check], state_hash(subjects))
-        yield from (failed, warning, hashes)
 
 
 class _Call:
@@ -353,6 +161,10 @@ class Scraper:
         shared = [c.ctx.fs.shared for c in collectors]
         self._shared = list({id(s): s for s in shared}.values())
         self._worker = _Worker()
+        # A collector's last facts and families (reuse_unchanged), and the check
+        # results of the last evaluation (evaluate's memo).
+        self._last: dict[str, tuple[Any, list[Metric]]] = {}
+        self._checks_memo: dict[str, tuple[CollectorFacts, list[Result]]] = {}
         self._stuck: dict[str, _Call] = {}
         self._last_error: dict[str, str | None] = {}
         self._last_skips: dict[str, int] = {}
@@ -447,7 +259,7 @@ class Scraper:
         states = {name: CollectorFacts(enabled=False) for name in self._disabled | left_out}
         for o in outcomes:
             states[o.name] = CollectorFacts(enabled=True, facts=o.facts, error=o.error)
-        results = evaluate(self._profile, self._specs, states)
+        results = evaluate(self._profile, self._specs, states, self._checks_memo)
         return Collection(outcomes, results, self._profile.name)
 
     def _run_all(self, collectors: list[Collector], deadline: float) -> list[Outcome]:
@@ -481,7 +293,7 @@ class Scraper:
     ) -> list[Collector]:
         """Run ``collectors`` in one batch; fills ``outcomes`` and returns the collectors
         not started because one overran its time (to run on a fresh worker)."""
-        batch = _Batch([_work(c) for c in collectors], deadline)
+        batch = _Batch([_work(c, self._last) for c in collectors], deadline)
         self._worker.submit(batch)
         limit = self._collector_timeout
         while True:
@@ -568,10 +380,23 @@ class Scraper:
             log.info("collector recovered", extra=kv(collector=name))
 
 
-def _work(collector: Collector) -> Callable[[], tuple[Any, list[Metric]]]:
+def _work(
+    collector: Collector, last: dict[str, tuple[Any, list[Metric]]]
+) -> Callable[[], tuple[Any, list[Metric]]]:
+    """The collector's read and metrics; with ``reuse_unchanged``, facts equal to the
+    last scrape's give that scrape's facts and families back (the same objects, so the
+    checks and the encoder can tell by identity that nothing changed)."""
+
     def work() -> tuple[Any, list[Metric]]:
         facts = collector.read()
-        return facts, list(collector.metrics(facts))
+        if not collector.reuse_unchanged:
+            return facts, list(collector.metrics(facts))
+        before = last.get(collector.name)
+        if before is not None and before[0] == facts:
+            return before
+        out = facts, list(collector.metrics(facts))
+        last[collector.name] = out
+        return out
 
     return work
 

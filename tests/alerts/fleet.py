@@ -1281,9 +1281,9 @@ class Generator:
 
     def _check_hashes(self, w: Writer, host: Host) -> None:
         """The exporter's cephnode_tuning_check_hash from every check result written for
-        the host (its own function, scrape.state_hash), and the osd_info fact hash of the
+        the host (its own function, collection.state_hash), and the osd_info fact hash of the
         OSDs the generator writes (the snapshots have no OSD)."""
-        from cephnode_exporter.scrape import state_hash
+        from cephnode_exporter.collection import state_hash
 
         tgt = self.target(host)
         n = len(self.times)

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench import syscall_limit  # noqa: E402
 from tests.bench.rounds import Contender, interleave, wait_ready  # noqa: E402
+from tests.bench.ticker import Ticker  # noqa: E402
 from tests.fixtures.sysfsgen import build_tree, load_node  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -155,7 +157,9 @@ def node_exporter_binary() -> str | None:
     return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 
 
-def host_vs_limit(tmp: Path, ours: list[str], paths: list[str], args: argparse.Namespace) -> None:
+def host_vs_limit(
+    tmp: Path, ours: list[str], paths: list[str], args: argparse.Namespace, tick: Callable[[], None]
+) -> None:
     """Section 1: the exporter's host scrape, node_exporter and the syscall limit."""
     no_ceph = tmp / "no-ceph"
     procs: list[subprocess.Popen] = []
@@ -175,7 +179,9 @@ def host_vs_limit(tmp: Path, ours: list[str], paths: list[str], args: argparse.N
         # strace slowed the scrapes it watched; these settle the exporter again.
         for _ in range(5):
             urllib.request.urlopen(url, timeout=30).read()
-        ours_c = Contender("cephnode-exporter (default collectors, no OSD)", url, exporter.pid)
+        ours_c = Contender(
+            "cephnode-exporter (default collectors, no OSD)", url, exporter.pid, before=tick
+        )
         limit = Contender("syscall limit (C replay of one scrape, cc -O2)", binary=binary)
         healthy = Contender(
             "HTTP round trip, no work (cephnode-exporter /-/healthy)",
@@ -204,6 +210,7 @@ def host_vs_limit(tmp: Path, ours: list[str], paths: list[str], args: argparse.N
                 "node_exporter (cpufreq, nvme, netclass)",
                 f"http://127.0.0.1:{nport}/metrics",
                 proc.pid,
+                before=tick,
             )
             contenders.insert(2, theirs)
         interleave(contenders, args.rounds, args.per_round)
@@ -263,7 +270,9 @@ def host_vs_limit(tmp: Path, ours: list[str], paths: list[str], args: argparse.N
     print()
 
 
-def osd_shapes(tmp: Path, ours: list[str], args: argparse.Namespace) -> None:
+def osd_shapes(
+    tmp: Path, ours: list[str], args: argparse.Namespace, tick: Callable[[], None]
+) -> None:
     """Section 2: exporter CPU per scrape with no OSD, replayed sockets, real-shaped OSDs."""
     count = min(args.osds, len(FIXTURE_OSD_IDS))
     no_ceph = tmp / "no-ceph"
@@ -286,7 +295,9 @@ def osd_shapes(tmp: Path, ours: list[str], args: argparse.Namespace) -> None:
                 port,
             )
             procs.append(proc)
-            contenders.append(Contender(name, f"http://127.0.0.1:{port}/metrics", proc.pid))
+            contenders.append(
+                Contender(name, f"http://127.0.0.1:{port}/metrics", proc.pid, before=tick)
+            )
         interleave(contenders, args.rounds, args.osd_per_round)
     finally:
         for proc in procs:
@@ -414,9 +425,18 @@ def main() -> int:
                 f"{platform.python_version()}, {os.cpu_count()} CPUs, kernel "
                 f"{platform.release()}, load average {os.getloadavg()[0]:.2f} at the start\n"
             )
-            host_vs_limit(tmp, ours, paths, args)
-            if args.osds > 0:
-                osd_shapes(tmp, ours, args)
+            ticker = Ticker(tmp)
+            print(
+                f"Before each timed scrape the bench advances {ticker.files} counter and "
+                "frequency files of the tree (untimed; tests/bench/ticker.py), and every "
+                "contender is scraped on a kept-alive connection, as Prometheus scrapes.\n"
+            )
+            try:
+                host_vs_limit(tmp, ours, paths, args, ticker.tick)
+                if args.osds > 0:
+                    osd_shapes(tmp, ours, args, ticker.tick)
+            finally:
+                ticker.close()
         if args.quick:
             return 0
         runs = []

@@ -10,11 +10,14 @@ figures themselves move.
 
 from __future__ import annotations
 
+import http.client
 import os
 import statistics
 import subprocess
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +58,31 @@ class Contender:
     cpu: float = 0.0  # seconds of the process over its own rounds
     body: bytes = b""
     cpu_each: list[float] = field(default_factory=list)  # the replay's, per iteration
+    # Called before each scrape, untimed (tests/bench/ticker.py: counters that move).
+    before: Callable[[], None] | None = None
+    _conn: http.client.HTTPConnection | None = None
+
+    def _get(self) -> bytes:
+        """One GET on a kept-alive connection, as Prometheus scrapes (its scrape client
+        reuses connections to a target); a fresh connection when the last one closed."""
+        assert self.url is not None
+        parts = urllib.parse.urlsplit(self.url)
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(parts.netloc, timeout=30)
+            try:
+                self._conn.request("GET", parts.path or "/")
+                with self._conn.getresponse() as r:
+                    body = r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"{self.url}: HTTP {r.status}")
+                    return body
+            except (http.client.HTTPException, ConnectionError):
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def round(self, n: int) -> None:
         if self.binary is not None:
@@ -65,10 +93,12 @@ class Contender:
             return
         assert self.url is not None
         cpu0 = cpu_seconds(self.pid) if self.pid else 0.0
+        body = b""
         for _ in range(n):
+            if self.before is not None:
+                self.before()
             start = time.perf_counter()
-            with urllib.request.urlopen(self.url, timeout=30) as r:
-                body = r.read()
+            body = self._get()
             self.latencies.append(time.perf_counter() - start)
         self.body = body
         if self.pid:

@@ -23,12 +23,20 @@ class CollectorFacts:
 
 
 def evaluate(
-    profile: Profile, specs: Mapping[str, CheckSpec], collectors: Mapping[str, CollectorFacts]
+    profile: Profile,
+    specs: Mapping[str, CheckSpec],
+    collectors: Mapping[str, CollectorFacts],
+    memo: dict[str, tuple[CollectorFacts, list[Result]]] | None = None,
 ) -> list[Result]:
     """One result per check and subject, sorted; never raises for a check's fault.
 
     The checks are the registered ones plus those the profile made from families (one
     ``sysctl.<name>`` per profile entry); a family itself has no result.
+
+    ``memo`` (kept by the caller from one evaluation to the next, with the same profile)
+    gives a check its last results back when its collector's facts are the very object
+    it judged last time: a check is a function of its facts and parameters, and a
+    collector whose facts did not change hands the same object on (scrape.py).
     """
     checks = concrete(specs)
     checks.update(profile.instances)
@@ -48,6 +56,11 @@ def evaluate(
             why = f"collector {spec.collector} failed: {state.error}"
             results.append(Result(name, "", Status.UNKNOWN, why, ""))
             continue
+        known = memo.get(name) if memo is not None else None
+        if known is not None and known[0].facts is state.facts:
+            results.extend(known[1])
+            continue
+        start = len(results)
         try:
             findings = spec.func(state.facts, settings.params)
         except Exception as exc:  # a check bug must not take the report down
@@ -65,5 +78,7 @@ def evaluate(
                 status = Status.PASS
             hint = f.hint if status in (Status.FAIL, Status.WARN) else ""
             results.append(Result(name, f.subject, status, f.observed, f.expected, hint))
+        if memo is not None:
+            memo[name] = (state, results[start:])
     results.sort(key=lambda r: (r.check, r.subject))
     return results

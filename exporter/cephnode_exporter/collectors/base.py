@@ -67,6 +67,11 @@ class Collector(ABC):
     name: ClassVar[str]
     default_enabled: ClassVar[bool] = True
     help: ClassVar[str] = ""
+    # True when read() returns facts that compare equal (==) exactly when nothing the
+    # metrics and checks use changed: the scraper then hands the last scrape's facts and
+    # families on instead of building them again (scrape.py). Host settings rarely
+    # change; an OSD's counters change every scrape, and comparing them would only cost.
+    reuse_unchanged: ClassVar[bool] = False
 
     def __init__(self, ctx: CollectorContext) -> None:
         self.ctx = ctx

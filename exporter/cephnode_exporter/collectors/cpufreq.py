@@ -21,6 +21,7 @@ from cephnode_exporter.hostfs.cpufreq import CPUFreq, read_cpufreq
 class CPUFreqCollector(Collector):
     name = "cpufreq"
     help = "CPU frequency scaling driver, governors, energy-performance preference, boost"
+    reuse_unchanged = True
 
     # Share of the descriptor limit for the kept-open governor and EPP files (cpuidle
     # keeps 0.5, OSD threads 0.25, irq 0.1, nvme 0.05).

@@ -33,6 +33,7 @@ FD_SHARE = 0.02
 class CPUHWCollector(Collector):
     name = "cpuhw"
     help = "Achieved CPU frequency (cpuinfo_avg_freq or scaling_cur_freq), perf C-state/MSR events"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

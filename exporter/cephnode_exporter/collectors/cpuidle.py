@@ -60,6 +60,7 @@ _COUNTERS = (
 class CPUIdleCollector(Collector):
     name = "cpuidle"
     help = "CPU idle states (C-states): residency, entries, wake-up cost, enabled CPUs"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

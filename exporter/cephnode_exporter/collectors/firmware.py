@@ -33,6 +33,7 @@ def _info(name: str, doc: str, labels: dict[str, str]) -> Metric:
 class FirmwareCollector(Collector):
     name = "firmware"
     help = "BIOS vendor/version/date, system product, CPU microcode revision, kernel release"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

@@ -46,6 +46,7 @@ from cephnode_exporter.hostfs.pci import pci_function_dir, read_iommu_group
 class IommuCollector(Collector):
     name = "iommu"
     help = "IOMMU units, IOMMU boot parameters, NVMe controllers' IOMMU groups and DMA mode"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

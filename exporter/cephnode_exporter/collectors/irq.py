@@ -43,6 +43,7 @@ DEFAULT_MAX_DEVICES = 512
 class IRQCollector(Collector):
     name = "irq"
     help = "NVMe and network interrupts per device: count, off-node count, serving CPUs; irqbalance"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

@@ -51,6 +51,7 @@ FLAG_PRESENT = "1"
 class KernelCollector(Collector):
     name = "kernel"
     help = "Kernel command line flags, CPU vulnerability mitigations, tuned profile, sysctls"
+    reuse_unchanged = True
 
     def __init__(self, ctx: CollectorContext) -> None:
         super().__init__(ctx)

@@ -75,6 +75,7 @@ def _regex(text: str) -> re.Pattern[str]:
 class NetCollector(Collector):
     name = "net"
     help = "NIC NUMA node, driver, bond and RX/TX ring sizes (ethtool ioctl) per physical port"
+    reuse_unchanged = True
 
     @classmethod
     def add_arguments(cls, parser: argparse._ActionsContainer) -> None:

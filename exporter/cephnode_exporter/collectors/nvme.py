@@ -68,6 +68,7 @@ class _Static:
 class NvmeCollector(Collector):
     name = "nvme"
     help = "NVMe controllers (identity, NUMA node, queues, PCIe link) and namespace block queues"
+    reuse_unchanged = True
 
     # Share of the descriptor limit (cpuidle keeps 0.5, OSD threads 0.25, irq 0.1).
     FD_SHARE = 0.05

@@ -24,6 +24,7 @@ from cephnode_exporter.hostfs.thp import THPFacts, read_thp
 class THPCollector(Collector):
     name = "thp"
     help = "Transparent huge page mode (enabled, defrag)"
+    reuse_unchanged = True
 
     def read(self) -> THPFacts:
         return read_thp(self.ctx.fs)
