@@ -182,7 +182,9 @@ def host_vs_limit(
         ours_c = Contender(
             "cephnode-exporter (default collectors, no OSD)", url, exporter.pid, before=tick
         )
-        limit = Contender("syscall limit (C replay of one scrape, cc -O2)", binary=binary)
+        limit = Contender(
+            "syscall limit (C replay of one scrape, cc -O2)", binary=binary, before=tick
+        )
         healthy = Contender(
             "HTTP round trip, no work (cephnode-exporter /-/healthy)",
             f"http://127.0.0.1:{port}/-/healthy",
