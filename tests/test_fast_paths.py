@@ -27,6 +27,8 @@ from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collectors.base import Collector, CollectorContext
 from cephnode_exporter.hostfs import HostFS, SharedReads
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+from cephnode_exporter.hostfs.nvme import count_hw_queues
+from cephnode_exporter.hostfs.pci import DeviceAttrs
 from cephnode_exporter.hostfs.process import _thread_counts, parse_status
 from cephnode_exporter.process_metrics import ProcessMetrics
 from cephnode_exporter.profile import load_profile
@@ -334,3 +336,36 @@ def test_latency_histogram_family_gives_add_metrics_samples(kind: type) -> None:
             assert list(a.labels) == list(b.labels)
             assert type(a.value) is type(b.value)
         assert len(fast.samples) == len(edges) + (2 if edges[0] >= 0 and total is not None else 0)
+
+
+# --- NVMe hardware queues from the link count -------------------------------------------
+
+
+def test_hw_queues_from_the_link_count_equal_the_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = tmp_path / "nvme0n1"
+    for h in range(37):
+        (disk / "mq" / str(h)).mkdir(parents=True)
+    assert count_hw_queues(DeviceAttrs(str(disk))) == 37
+    # A file system that does not count subdirectories in the link count (btrfs gives
+    # every directory one link): the listing counts them.
+    real = os.stat
+
+    def one_link(path: Any, *args: Any, **kwargs: Any) -> Any:
+        st = real(path, *args, **kwargs)
+        if str(path).endswith("/mq"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, 1, *tuple(st)[4:10]))
+        return st
+
+    monkeypatch.setattr(os, "stat", one_link)
+    (disk / "mq" / "not-a-queue").write_text("")
+    assert count_hw_queues(DeviceAttrs(str(disk))) == 37
+    monkeypatch.undo()
+    # Not a directory: the listing's error is the one recorded.
+    other = tmp_path / "nvme1n1"
+    other.mkdir()
+    (other / "mq").write_text("")
+    attrs = DeviceAttrs(str(other))
+    assert count_hw_queues(attrs) is None
+    assert len(attrs.errors) == 1 and "mq" in attrs.errors.items[0]

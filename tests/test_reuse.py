@@ -167,3 +167,29 @@ def test_the_encoder_writes_a_new_family_even_where_an_old_one_was() -> None:
     assert encode([one]) == encode([one])
     for value in (2.0, 3.0, 4.0):  # new objects, ids free to be reused
         assert f'cephnode_test_value{{k="a"}} {value}'.encode() in encode([family(value)])
+
+
+def test_when_facts_change_the_families_that_did_not_are_kept(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    scraper = _scraper(tree)
+    usage = tree.root / CPU / "cpu3/cpuidle/state2/usage"
+    inflight = tree.sys / "block/nvme0n1/inflight"
+    try:
+        first = {o.name: o for o in scraper.collect(10.0).outcomes}
+        usage.write_text(f"{int(usage.read_text()) + 5}\n")
+        inflight.write_text("       4        2\n")
+        second = {o.name: o for o in scraper.collect(10.0).outcomes}
+        fresh = _fresh(tree)
+        assert _body(scraper.collect(10.0)) == fresh
+    finally:
+        scraper.close()
+    # The wake-up cost is entries times the state's exit latency: it moves with them.
+    for name, moved in (
+        ("cpuidle", {"cephnode_cpu_idle_state_entries", "cephnode_cpu_idle_state_wakeup_seconds"}),
+        ("nvme", {"cephnode_nvme_inflight_requests"}),
+    ):
+        assert second[name].facts is not first[name].facts
+        old = {f.name: f for f in first[name].families}
+        new = {f.name: f for f in second[name].families}
+        assert new.keys() == old.keys()
+        assert {n for n in new if new[n] is not old[n]} == moved, name

@@ -385,7 +385,10 @@ def _work(
 ) -> Callable[[], tuple[Any, list[Metric]]]:
     """The collector's read and metrics; with ``reuse_unchanged``, facts equal to the
     last scrape's give that scrape's facts and families back (the same objects, so the
-    checks and the encoder can tell by identity that nothing changed)."""
+    checks and the encoder can tell by identity that nothing changed). When the facts
+    changed, a family whose samples equal the last scrape's is still that family: on a
+    node the cpuidle counters move every scrape, the states' settings beside them do
+    not, and neither does an NVMe queue's when only its in-flight count moved."""
 
     def work() -> tuple[Any, list[Metric]]:
         facts = collector.read()
@@ -394,11 +397,33 @@ def _work(
         before = last.get(collector.name)
         if before is not None and before[0] == facts:
             return before
-        out = facts, list(collector.metrics(facts))
+        families = list(collector.metrics(facts))
+        if before is not None:
+            families = _same_families(families, before[1])
+        out = facts, families
         last[collector.name] = out
         return out
 
     return work
+
+
+def _same_families(families: list[Metric], previous: list[Metric]) -> list[Metric]:
+    """``families``, each replaced by the previous scrape's family of its name when that
+    one has equal samples, help and type. Equal samples print alike, but for a zero
+    that changed sign (0.0 == -0.0), which both mean zero to Prometheus."""
+    by_name = {f.name: f for f in previous}
+    out = []
+    for family in families:
+        old = by_name.get(family.name)
+        if (
+            old is not None
+            and old.samples == family.samples
+            and old.documentation == family.documentation
+            and old.type == family.type
+        ):
+            family = old
+        out.append(family)
+    return out
 
 
 def _shape(error: str | None) -> str | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from cephnode_exporter.hostfs import ParseError, read_text
@@ -208,9 +209,19 @@ def read_wbt_lat_usec(attrs: DeviceAttrs) -> int | None:
 
 
 def count_hw_queues(attrs: DeviceAttrs) -> int | None:
-    """Directories ``mq/0``, ``mq/1``, ...: the blk-mq hardware contexts."""
+    """Directories ``mq/0``, ``mq/1``, ...: the blk-mq hardware contexts.
+
+    ``mq/`` holds only those directories (block/blk-mq-sysfs.c), and sysfs gives a
+    directory two links plus one per subdirectory (fs/kernfs/inode.c,
+    ``kernfs_refresh_inode``), as ext4 and tmpfs do: one ``stat`` instead of a listing
+    every scrape. A link count below two (a file system that does not count them) or
+    anything but a directory goes to the listing, which names the error.
+    """
     path = attrs.path("mq")
     try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode) and st.st_nlink >= 2:
+            return st.st_nlink - 2
         names = os.listdir(path)
     except OSError as exc:
         if is_gone(exc):
