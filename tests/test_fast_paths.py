@@ -369,3 +369,38 @@ def test_hw_queues_from_the_link_count_equal_the_listing(
     attrs = DeviceAttrs(str(other))
     assert count_hw_queues(attrs) is None
     assert len(attrs.errors) == 1 and "mq" in attrs.errors.items[0]
+
+
+def test_cpuidle_whole_batch_reads_equal_a_fresh_reader_and_hand_faults_back(
+    make_tree: MakeTree,
+) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    reader = CPUIdleReader(_fs(tree))
+    reader.read()  # file by file
+    state = tree.sys / CPU / "cpu9/cpuidle/state1"
+    usage = state / "usage"
+    for step in range(3):
+        usage.write_text(f"{int(usage.read_text()) + 11}\n")
+        idle = reader.read()
+        assert reader._whole_last is not None, step  # every state from the one batch
+        assert not idle.errors
+        assert _plain(idle) == _plain(CPUIdleReader(_fs(tree)).read())
+    # A state enabled again (its flag falls from 1 to 0) is read state by state, then
+    # the whole batch again.
+    disable = tree.sys / CPU / "cpu2/cpuidle/state2/disable"
+    disable.write_text("1\n")
+    assert reader.read().cpus[2][2].disabled is True
+    disable.write_text("0\n")
+    idle = reader.read()
+    assert reader._whole_last is None and not idle.errors
+    assert idle.cpus[2][2].disabled is False
+    assert reader.read() and reader._whole_last is not None
+    # A counter lower than at the last scrape, read by the whole batch: named against
+    # that scrape's value.
+    before = int(usage.read_text())
+    usage.write_text(f"{before - 3}\n")
+    idle = reader.read()
+    assert len(idle.errors) == 1
+    assert f"counter fell from {before} to {before - 3}" in idle.errors.items[0]
+    assert idle.cpus[9][1].usage is None and idle.cpus[9][1].time_us is not None
+    assert not reader.read().errors  # the lower value is the new baseline

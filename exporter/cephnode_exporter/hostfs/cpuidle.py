@@ -125,6 +125,11 @@ class CPUIdleReader:
         # Every fast state's descriptors in one list, read with one batched call; None
         # after ``_fast`` changed (each entry's ``start`` is its place in the list).
         self._flat: list[int] | None = None
+        # The whole batch at once (_read_whole): per CPU its states and where each
+        # starts in the batch, built with ``_flat`` when every state of every CPU is
+        # fast with all six files; and the batch of the last scrape read that way.
+        self._plan: list[tuple[int, list[tuple[IdleStateInfo, int]]]] | None = None
+        self._whole_last: list[int] | None = None
 
     def close(self) -> None:
         self._files.close_all()
@@ -132,6 +137,8 @@ class CPUIdleReader:
         self._last = {}
         self._fast = {}
         self._flat = None
+        self._plan = None
+        self._whole_last = None
         self._key = None
 
     def read(self) -> CPUIdle:
@@ -155,9 +162,14 @@ class CPUIdleReader:
             self._last = {}
             self._fast = {}
             self._flat = None
+            self._plan = None
+            self._whole_last = None
             self._files.close_all()
         fast = self._fast
         values = pread_counters(self._batch()) if fast else []
+        if self._read_whole(cpus, values, result):
+            return result
+        self._hand_back()
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
@@ -188,12 +200,82 @@ class CPUIdleReader:
     def _batch(self) -> list[int]:
         """The fast states' descriptors in one list, each entry's ``start`` set."""
         if self._flat is None:
+            self._hand_back()  # while each entry's ``start`` is the old one
             flat: list[int] = []
             for entry in self._fast.values():
                 entry.start = len(flat)
                 flat.extend(entry.fds)
             self._flat = flat
+            self._plan = self._make_plan()
         return self._flat
+
+    def _make_plan(self) -> list[tuple[int, list[tuple[IdleStateInfo, int]]]] | None:
+        """Per cached CPU, its states and their places in the batch; None unless every
+        state of every cached CPU is fast with all six files."""
+        plan = []
+        for cpu, states in self._static.items():
+            places = []
+            for info in states:
+                entry = self._fast.get((cpu, info.index))
+                if entry is None or entry.attrs != _ALL_ATTRS:
+                    return None
+                places.append((info, entry.start))
+            plan.append((cpu, places))
+        return plan
+
+    def _read_whole(self, cpus: list[int], values: list[int | None], result: CPUIdle) -> bool:
+        """Every state of every CPU from one batch, checked as a whole: each value read,
+        none lower than at the last scrape, every ``disable`` 0 or 1. The usual scrape of
+        a node; anything else (a first read, a CPU not cached, a fault, a state enabled
+        again, whose flag falls) is False, and the state-by-state read takes over from
+        the values of this last scrape, and names what is wrong."""
+        plan = self._plan
+        last = self._whole_last
+        if plan is None or len(plan) != len(cpus) or None in values:
+            return False
+        counts = cast("list[int]", values)  # no None: checked above
+        if last is not None:
+            # The disable flags too: one enabled again (1 to 0) takes the slow way.
+            grew = all(map(operator.le, last, counts))
+        else:
+            grew = all(
+                e.previous is not None
+                and all(map(operator.le, e.previous, counts[e.start : e.start + 5]))
+                for e in self._fast.values()
+            )
+        if not grew or not _FLAGS.issuperset(counts[5::6]):
+            return False  # _hand_back: the state-by-state read compares with ``last``
+        out = result.cpus
+        for (cpu, places), want in zip(plan, cpus, strict=True):
+            if cpu != want:
+                out.clear()
+                return False
+            out[cpu] = [
+                IdleStateSample(
+                    info,
+                    counts[i],
+                    counts[i + 1],
+                    counts[i + 2],
+                    counts[i + 3],
+                    counts[i + 4],
+                    counts[i + 5] == 1,
+                )
+                for info, i in places
+            ]
+        self._whole_last = counts
+        return True
+
+    def _hand_back(self) -> None:
+        """Give each fast state the counters of the last whole read, for the
+        state-by-state read to compare with."""
+        last = self._whole_last
+        if last is None:
+            return
+        self._whole_last = None
+        for entry in self._fast.values():
+            start = entry.start
+            if start + entry.counters <= len(last):
+                entry.previous = tuple(last[start : start + entry.counters])
 
     def _read_slow(
         self,
@@ -269,6 +351,8 @@ class CPUIdleReader:
 # The sample attributes in IdleStateSample's field order, as _SAMPLE_FILES lists them:
 # a state with all of them is built with positional arguments.
 _ALL_ATTRS = tuple(attr for attr, _, _ in _SAMPLE_FILES)
+# What a ``disable`` file may hold.
+_FLAGS = frozenset({0, 1})
 
 
 class _FastState:
