@@ -404,3 +404,19 @@ def test_cpuidle_whole_batch_reads_equal_a_fresh_reader_and_hand_faults_back(
     assert f"counter fell from {before} to {before - 3}" in idle.errors.items[0]
     assert idle.cpus[9][1].usage is None and idle.cpus[9][1].time_us is not None
     assert not reader.read().errors  # the lower value is the new baseline
+
+
+def test_cpuidle_cpu_cached_late_is_read_whole_again(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    name = tree.sys / CPU / "cpu40/cpuidle/state1/name"
+    good = name.read_text()
+    name.write_text("")  # an empty name: the CPU's states are not cached, retried
+    reader = CPUIdleReader(_fs(tree))
+    for _ in range(3):
+        idle = reader.read()
+        assert 40 in idle.unread and reader._whole_last is None
+    name.write_text(good)
+    reader.read()  # cached now, read state by state once
+    idle = reader.read()
+    assert reader._whole_last is not None and not idle.errors and not idle.unread
+    assert _plain(idle) == _plain(CPUIdleReader(_fs(tree)).read())

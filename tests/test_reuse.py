@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cephnode_exporter.checks.base import concrete
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.base import REGISTRY
@@ -193,3 +194,19 @@ def test_when_facts_change_the_families_that_did_not_are_kept(make_tree: MakeTre
         new = {f.name: f for f in second[name].families}
         assert new.keys() == old.keys()
         assert {n for n in new if new[n] is not old[n]} == moved, name
+
+
+def test_check_results_are_kept_only_for_reusing_collectors(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned")
+    scraper = _scraper(tree)
+    try:
+        scraper.collect(10.0)
+        checks = {**concrete(scraper._specs), **scraper.profile.instances}
+        kept = {checks[name].collector for name in scraper._checks_memo}
+        judged = {checks[r.check].collector for r in scraper.collect(10.0).results}
+    finally:
+        scraper.close()
+    assert kept and kept <= REUSING
+    # The OSD collector's checks were judged (no socket: unknown or skipped), not kept:
+    # its facts are new every scrape, and keeping them would only hold them longer.
+    assert "osd" in judged and "osd" not in kept

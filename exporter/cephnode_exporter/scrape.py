@@ -164,7 +164,7 @@ class Scraper:
         # A collector's last facts and families (reuse_unchanged), and the check
         # results of the last evaluation (evaluate's memo).
         self._last: dict[str, tuple[Any, list[Metric]]] = {}
-        self._checks_memo: dict[str, tuple[CollectorFacts, list[Result]]] = {}
+        self._checks_memo: dict[str, tuple[Any, list[Result]]] = {}
         self._stuck: dict[str, _Call] = {}
         self._last_error: dict[str, str | None] = {}
         self._last_skips: dict[str, int] = {}
@@ -257,8 +257,11 @@ class Scraper:
         # Collectors left out of a filtered scrape count as disabled for the checks.
         left_out = {c.name for c in self._collectors} - {c.name for c in collectors}
         states = {name: CollectorFacts(enabled=False) for name in self._disabled | left_out}
+        stable = {c.name for c in collectors if c.reuse_unchanged}
         for o in outcomes:
-            states[o.name] = CollectorFacts(enabled=True, facts=o.facts, error=o.error)
+            states[o.name] = CollectorFacts(
+                enabled=True, facts=o.facts, error=o.error, stable=o.name in stable
+            )
         results = evaluate(self._profile, self._specs, states, self._checks_memo)
         return Collection(outcomes, results, self._profile.name)
 

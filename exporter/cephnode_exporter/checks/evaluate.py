@@ -20,13 +20,16 @@ class CollectorFacts:
     enabled: bool
     facts: Any = None
     error: str | None = None  # set when the collector failed this time
+    # The collector hands the same facts object on while nothing changed
+    # (Collector.reuse_unchanged): its checks' results may be kept for it.
+    stable: bool = False
 
 
 def evaluate(
     profile: Profile,
     specs: Mapping[str, CheckSpec],
     collectors: Mapping[str, CollectorFacts],
-    memo: dict[str, tuple[CollectorFacts, list[Result]]] | None = None,
+    memo: dict[str, tuple[Any, list[Result]]] | None = None,
 ) -> list[Result]:
     """One result per check and subject, sorted; never raises for a check's fault.
 
@@ -34,9 +37,10 @@ def evaluate(
     ``sysctl.<name>`` per profile entry); a family itself has no result.
 
     ``memo`` (kept by the caller from one evaluation to the next, with the same profile)
-    gives a check its last results back when its collector's facts are the very object
-    it judged last time: a check is a function of its facts and parameters, and a
-    collector whose facts did not change hands the same object on (scrape.py).
+    gives a check of a ``stable`` collector its last results back when the facts are the
+    very object it judged last time: a check is a function of its facts and parameters,
+    and such a collector hands the same object on while nothing changed (scrape.py).
+    Other collectors' facts are new every scrape and are not kept here.
     """
     checks = concrete(specs)
     checks.update(profile.instances)
@@ -56,8 +60,9 @@ def evaluate(
             why = f"collector {spec.collector} failed: {state.error}"
             results.append(Result(name, "", Status.UNKNOWN, why, ""))
             continue
-        known = memo.get(name) if memo is not None else None
-        if known is not None and known[0].facts is state.facts:
+        keep = memo is not None and state.stable
+        known = memo.get(name) if memo is not None and keep else None
+        if known is not None and known[0] is state.facts:
             results.extend(known[1])
             continue
         start = len(results)
@@ -78,7 +83,7 @@ def evaluate(
                 status = Status.PASS
             hint = f.hint if status in (Status.FAIL, Status.WARN) else ""
             results.append(Result(name, f.subject, status, f.observed, f.expected, hint))
-        if memo is not None:
-            memo[name] = (state, results[start:])
+        if memo is not None and keep:
+            memo[name] = (state.facts, results[start:])
     results.sort(key=lambda r: (r.check, r.subject))
     return results

@@ -102,6 +102,10 @@ class CPUIdle:
     errors: ReadErrors = field(default_factory=ReadErrors)
 
 
+# Per CPU, its states and where each starts in the batched read (CPUIdleReader._plan).
+_Plan = list[tuple[int, list[tuple[IdleStateInfo, int]]]]
+
+
 class CPUIdleReader:
     """Reads cpuidle, caching the static state attributes between scrapes.
 
@@ -128,7 +132,7 @@ class CPUIdleReader:
         # The whole batch at once (_read_whole): per CPU its states and where each
         # starts in the batch, built with ``_flat`` when every state of every CPU is
         # fast with all six files; and the batch of the last scrape read that way.
-        self._plan: list[tuple[int, list[tuple[IdleStateInfo, int]]]] | None = None
+        self._plan: _Plan | None = None
         self._whole_last: list[int] | None = None
 
     def close(self) -> None:
@@ -166,7 +170,7 @@ class CPUIdleReader:
             self._whole_last = None
             self._files.close_all()
         fast = self._fast
-        values = pread_counters(self._batch()) if fast else []
+        values = pread_counters(self._batch(cpus)) if fast else []
         if self._read_whole(cpus, values, result):
             return result
         self._hand_back()
@@ -197,8 +201,9 @@ class CPUIdleReader:
             result.cpus[cpu] = samples
         return result
 
-    def _batch(self) -> list[int]:
-        """The fast states' descriptors in one list, each entry's ``start`` set."""
+    def _batch(self, cpus: list[int]) -> list[int]:
+        """The fast states' descriptors in one list, each entry's ``start`` set; the
+        whole read's plan for ``cpus`` (the online set of the reader's key) with it."""
         if self._flat is None:
             self._hand_back()  # while each entry's ``start`` is the old one
             flat: list[int] = []
@@ -206,14 +211,17 @@ class CPUIdleReader:
                 entry.start = len(flat)
                 flat.extend(entry.fds)
             self._flat = flat
-            self._plan = self._make_plan()
+            self._plan = self._make_plan(cpus)
         return self._flat
 
-    def _make_plan(self) -> list[tuple[int, list[tuple[IdleStateInfo, int]]]] | None:
-        """Per cached CPU, its states and their places in the batch; None unless every
-        state of every cached CPU is fast with all six files."""
+    def _make_plan(self, cpus: list[int]) -> _Plan | None:
+        """Per CPU in ``cpus`` order, its states and their places in the batch; None
+        unless every CPU is cached and every state of it fast with all six files."""
         plan = []
-        for cpu, states in self._static.items():
+        for cpu in cpus:
+            states = self._static.get(cpu)
+            if states is None:
+                return None
             places = []
             for info in states:
                 entry = self._fast.get((cpu, info.index))
@@ -231,7 +239,7 @@ class CPUIdleReader:
         the values of this last scrape, and names what is wrong."""
         plan = self._plan
         last = self._whole_last
-        if plan is None or len(plan) != len(cpus) or None in values:
+        if plan is None or None in values:
             return False
         counts = cast("list[int]", values)  # no None: checked above
         if last is not None:
@@ -246,10 +254,7 @@ class CPUIdleReader:
         if not grew or not _FLAGS.issuperset(counts[5::6]):
             return False  # _hand_back: the state-by-state read compares with ``last``
         out = result.cpus
-        for (cpu, places), want in zip(plan, cpus, strict=True):
-            if cpu != want:
-                out.clear()
-                return False
+        for cpu, places in plan:
             out[cpu] = [
                 IdleStateSample(
                     info,
@@ -345,6 +350,7 @@ class CPUIdleReader:
             return None
         if complete:
             self._static[cpu] = states
+            self._flat = None  # a new plan: this CPU may now be read whole
         return states
 
 
