@@ -33,12 +33,12 @@ from cephnode_exporter.ceph.asok import (
     AsokTimeout,
     AsokTruncated,
 )
+from cephnode_exporter.ceph.asokloop import query_all
 from cephnode_exporter.ceph.discovery import (
     DiscoveryError,
     NoSocketDirectory,
     discover_osd_sockets,
 )
-from cephnode_exporter.ceph.querypool import QueryPool, query_all
 from cephnode_exporter.hostfs import ReadErrors
 
 PERF_DUMP = {"osd": {"op_w": 7, "op_w_latency": {"avgcount": 7, "sum": 0.07, "avgtime": 0.01}}}
@@ -458,8 +458,8 @@ def test_refused_before_any_io(
         with pytest.raises(AsokRefused, match=message) as err:
             call(prefix, **args)
         assert err.value.reason == "refused"
-    with pytest.raises(AsokRefused), QueryPool(2) as pool:
-        query_all({"osd.0": sock}, prefix, pool, TIMEOUT, **args)
+    with pytest.raises(AsokRefused):
+        query_all({"osd.0": sock}, prefix, TIMEOUT, **args)
     monkeypatch.undo()
     time.sleep(0.05)
     assert server.accepted == 0
@@ -491,10 +491,9 @@ def test_parallel_query_returns_by_the_deadline_with_one_hung_socket(
     for i in range(10):
         handler = hang if i == 3 else answer(json.dumps({"id": i}).encode())
         sockets[f"osd.{i}"] = AdminSocket(serve(handler).path, timeout=30)
-    with QueryPool(max_workers=10) as pool:
-        start = time.monotonic()
-        results = query_all(sockets, "version", pool, timeout=1.0)
-        took = time.monotonic() - start
+    start = time.monotonic()
+    results = query_all(sockets, "version", timeout=1.0)
+    took = time.monotonic() - start
     assert took < 1.0 + 0.15
     assert set(results) == set(sockets)
     for i in range(10):
@@ -505,50 +504,6 @@ def test_parallel_query_returns_by_the_deadline_with_one_hung_socket(
         else:
             assert r.ok and r.value == {"id": i}, r
             assert r.seconds < 0.5
-
-
-def test_parallel_query_bounds_threads_and_reports_queued_tasks(
-    serve: Callable[..., FakeServer],
-) -> None:
-    """Three hung sockets, two workers, five rounds: never more than two pool threads,
-    queued work is reported as not started, and the pool's threads end on close()."""
-
-    def pool_threads() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("asok")]
-
-    assert pool_threads() == []
-    hung = {f"osd.{i}": AdminSocket(serve(hang).path, timeout=30) for i in range(3)}
-    ok = {"osd.9": AdminSocket(serve(answer(b"{}")).path)}
-    pool = QueryPool(max_workers=2)
-    try:
-        for _ in range(5):
-            start = time.monotonic()
-            results = query_all({**hung, **ok}, "version", pool, timeout=0.3)
-            assert time.monotonic() - start < 0.3 + 0.15
-            assert len(pool_threads()) <= 2
-            errors = [str(r.error) for r in results.values() if not r.ok]
-            assert any("not started (all 2 workers busy)" in e for e in errors), errors
-        # A task that ignores its deadline keeps its worker, but never adds threads.
-        stuck = pool.run({"bad": lambda deadline: time.sleep(1.0)}, timeout=0.1)
-        assert isinstance(stuck["bad"].error, AsokTimeout)
-        assert "still running" in str(stuck["bad"].error)
-        assert len(pool_threads()) <= 2
-    finally:
-        pool.close()
-    deadline = time.monotonic() + 3
-    while pool_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pool_threads() == []
-
-
-def test_parallel_query_captures_unexpected_exceptions() -> None:
-    def boom(deadline: float) -> None:
-        raise ValueError("a bug in a task")
-
-    with QueryPool(2) as pool:
-        results = pool.run({"a": boom, "b": lambda deadline: 42}, timeout=1.0)
-    assert isinstance(results["a"].error, ValueError)
-    assert results["b"].value == 42 and results["b"].ok
 
 
 # ----------------------------------------------------------------------------- recorded payloads

@@ -24,8 +24,8 @@ from cephnode_exporter.ceph.asok import (
     AsokCommandError,
     AsokTimeout,
 )
+from cephnode_exporter.ceph.asokloop import query_all
 from cephnode_exporter.ceph.discovery import discover_osd_sockets
-from cephnode_exporter.ceph.querypool import QueryPool, query_all
 
 from tests.cephcluster import MODE_0770_OSD, CephCluster, shared_cluster
 from tests.conftest import REPO, need
@@ -108,8 +108,7 @@ def test_allowlist_matches_the_daemons_commands(ceph_cluster: CephCluster) -> No
 
 
 def test_perf_dump_from_every_osd(ceph_cluster: CephCluster) -> None:
-    with QueryPool() as pool:
-        results = query_all(sockets(ceph_cluster), "perf dump", pool, timeout=5.0)
+    results = query_all(sockets(ceph_cluster), "perf dump", timeout=5.0)
     assert all(r.ok for r in results.values()), results
     for osd_id, result in results.items():
         dump = result.value
@@ -216,11 +215,11 @@ def test_error_reply_from_the_daemon(ceph_cluster: CephCluster) -> None:
 def test_stopped_osd_times_out_while_the_others_answer(ceph_cluster: CephCluster) -> None:
     victim = ceph_cluster.memstore_ids[0]
     socks = sockets(ceph_cluster, timeout=30)
-    with ceph_cluster.stopped(victim), QueryPool() as pool:
+    with ceph_cluster.stopped(victim):
         # The kernel answers SO_PEERCRED for a stopped process too.
         assert socks[victim].peer_pid() == ceph_cluster.osd_pid(victim)
         start = time.monotonic()
-        results = query_all(socks, "perf dump", pool, timeout=1.0)
+        results = query_all(socks, "perf dump", timeout=1.0)
         took = time.monotonic() - start
         assert took < 1.2
         assert isinstance(results[victim].error, AsokTimeout), results[victim]

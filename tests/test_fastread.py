@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cephnode_exporter.hostfs import HostFS, batch
+from cephnode_exporter.hostfs import AttrFiles, HostFS, batch, process
 from cephnode_exporter.hostfs import cpuidle as cpuidle_mod
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
 
@@ -364,3 +364,92 @@ def test_irq_batched_effective_lists_follow_changes_and_name_errors(
     unread = {n: e for _, u in again.values() for n, e in u.items()}
     assert bad not in irqs and f"/irq/{bad}/effective_affinity_list" in unread[bad]
     kept.close()
+
+
+# ----------------------------------------------------------------------------- statuses
+
+
+def _statuses() -> tuple[list[int], list[bytes | None]]:
+    """This process's threads' real status texts, then shapes the kernel never prints
+    (or prints only in another order), each with a tid of its own."""
+    tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
+    real = [Path(f"/proc/self/task/{t}/status").read_bytes() for t in tids]
+    good = real[0]
+    cpus = good[good.index(b"\nCpus_allowed_list:") :].split(b"\n")[1]
+    odd = [
+        None,
+        b"",
+        good.replace(b"\nvoluntary_ctxt_switches:", b"\nvoluntary_ctxt_switchez:"),
+        good.replace(b"\nnonvoluntary_ctxt_switches:", b"\nnonvoluntary_ctxt_switchez:"),
+        good.replace(b"\nCpus_allowed_list:", b"\nCpus_allowed_lisd:"),
+        good.replace(
+            b"\nvoluntary_ctxt_switches:\t", b"\nvoluntary_ctxt_switches:\t99" + b"9" * 30
+        ),
+        good.replace(b"\nvoluntary_ctxt_switches:\t", b"\nvoluntary_ctxt_switches:\t-"),
+        good.replace(b"\nvoluntary_ctxt_switches:\t", b"\nvoluntary_ctxt_switches:  \t 7"),
+        good.replace(b"\nCpus_allowed_list:\t", "\nCpus_allowed_list:\t\u00e9".encode()),
+        good.replace(b"\nCpus_allowed_list:\t", b"\nCpus_allowed_list:\t  "),
+        good.replace(b"\n", b"\r\n"),
+        good.rstrip(b"\n"),
+        good.split(b"\nnonvoluntary_ctxt_switches:")[0] + b"\nnonvoluntary_ctxt_switches:",
+        # The voluntary line first: another kernel's order (the caller's line-by-line path).
+        b"voluntary_ctxt_switches:\t3\nnonvoluntary_ctxt_switches:\t4\n"
+        b"Cpus_allowed_list:\t" + cpus + b"\n",
+        # A voluntary line not followed by the involuntary one, then a good pair.
+        b"Name:\tx\nCpus_allowed_list:\t0\nvoluntary_ctxt_switches:\t1\nState:\tS\n"
+        b"voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t6\n",
+        b"x" * 4096,
+    ]
+    return tids + [10_000_000 + i for i in range(len(odd))], real + odd
+
+
+def test_status_counts_compiled_and_python_agree() -> None:
+    """Real thread statuses and odd ones through both: the compiled one reads every real
+    status, and never gives a value the Python one would not; what it leaves to the
+    caller includes everything the Python one leaves."""
+    fastread = _compiled()
+    tids, texts = _statuses()
+    real = len(os.listdir("/proc/self/task"))
+    c_counts, c_lists, c_rest = fastread.status_counts(tids, texts)
+    p_counts, p_lists, p_rest = process.status_counts_python(tids, texts)
+    assert all(tids[i] in c_counts for i in range(real))
+    for tid, value in c_counts.items():
+        assert p_counts[tid] == value, tid
+    assert c_lists <= p_lists and set(c_rest) >= set(p_rest)
+    assert set(c_rest) | {tids.index(t) for t in c_counts} == set(range(len(tids)))
+    with pytest.raises(ValueError, match="differ in length"):
+        fastread.status_counts([1, 2], [b""])
+    with pytest.raises(TypeError):
+        fastread.status_counts(5, [])
+
+
+def test_process_read_is_the_same_without_the_compiled_status_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """read_process of this very process with kept files: the compiled status_counts
+    and the pure-Python one give the same threads, switches and CPUs (the threads sleep,
+    so no count moves between the two reads)."""
+    _compiled()
+    import threading
+
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(6)]
+    for w in workers:
+        w.start()
+    comm = frozenset({Path("/proc/self/comm").read_text().strip()})
+    files = AttrFiles(budget=1000)
+    try:
+        state = process.ProcessState()
+        process.read_process(HostFS(), os.getpid(), state, comm, files=files)
+        compiled = dict(state.threads)
+        monkeypatch.setattr(process, "status_counts", process.status_counts_python)
+        other = process.ProcessState()
+        process.read_process(HostFS(), os.getpid(), other, comm, files=files)
+        assert set(other.threads) == set(compiled) and len(compiled) >= 7
+        for w in workers:
+            assert other.threads[w.native_id] == compiled[w.native_id]  # asleep: unchanged
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+        files.close_all()

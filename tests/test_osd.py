@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import shutil
 import socket
@@ -148,15 +149,68 @@ def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
         (_set(("values", 4, 0), -1), "non-negative"),
         (_set(("values", 4, 0), 1.5), "non-negative"),
         (_set(("values", 4, 0), True), "non-negative"),
+        (_set(("values", 31, 31), -2), "non-negative"),
+        (_set(("values", 7), [1, None]), "non-negative"),
+        (_set(("axes", 0, "min"), False), "axis min"),
+        (_set(("axes", 0, "buckets"), 32.0), "axis buckets"),
+        (_set(("axes", 0, "ranges", 1), {"min": 0, "max": 100000}), "range 1"),
     ],
 )
 def test_histogram_garbage_is_a_parse_error(
     mutate: Callable[[dict[str, Any]], None], message: str
 ) -> None:
+    """Each fault after a good histogram of the same axes was parsed: the axes checked
+    before (perf.py keeps them) do not let a changed axis through."""
+    assert perf.parse_latency_histogram(good_hist()).count > 0
     h = good_hist()
     mutate(h)
     with pytest.raises(perf.PerfParseError, match=message):
         perf.parse_latency_histogram(h)
+
+
+def test_histogram_whole_matrix_path_agrees_with_the_row_checks() -> None:
+    """The three whole-matrix passes and the row-by-row check give the same sums, on
+    the recorded matrix and on random ones; an empty axis row sums to zero."""
+    rng = random.Random(7)
+    for trial in range(20):
+        h = good_hist()
+        if trial:
+            h["values"] = [[rng.choice([0, 0, 1, 7, 10**12]) for _ in row] for row in h["values"]]
+        if trial == 1:
+            h["values"][3] = []
+        fast = perf.parse_latency_histogram(h)
+        sums = perf._checked_rows(h["values"], "x")
+        assert fast.count == sum(sums)
+        edges = [edge for edge, _ in fast.buckets]
+        # Every kept edge's cumulative count is the sum of the rows up to it.
+        all_edges = perf._latency_edges(h["axes"][0], len(h["values"]), "x")
+        for edge, cumulative in fast.buckets:
+            assert cumulative == sum(sums[: all_edges.index(edge) + 1])
+        assert edges[-1] == math.inf
+
+
+def test_histogram_axes_of_another_shape_are_checked_and_kept_apart() -> None:
+    """Two axis shapes (the recorded 32-bucket one, a 5-bucket one) parse in turn; the
+    5-bucket axis with one range changed is refused after both were kept."""
+    small = {
+        "axes": [
+            {"min": 0, "quant_size": 100, "buckets": 5, "scale_type": "log2",
+             "ranges": [{"max": -1}, {"max": 99}, {"max": 199}, {"max": 399}, {}]},
+            {"buckets": 1},
+        ],
+        "values": [[0], [1], [2], [3], [4]],
+    }  # fmt: skip
+    for _ in range(2):
+        assert perf.parse_latency_histogram(good_hist()).buckets[0][0] == 1e-4
+        assert perf.parse_latency_histogram(copy.deepcopy(small)).count == 10
+    bad = copy.deepcopy(small)
+    bad["axes"][0]["ranges"][2] = {"max": 198}
+    with pytest.raises(perf.PerfParseError, match="range 2"):
+        perf.parse_latency_histogram(bad)
+    bad = copy.deepcopy(small)
+    bad["axes"][0]["scale_type"] = "linear"
+    with pytest.raises(perf.PerfParseError, match="not log2"):
+        perf.parse_latency_histogram(bad)
 
 
 @pytest.mark.parametrize("dump", [None, [], {}, {"osd": []}, {"osd": {}}])
@@ -1039,6 +1093,76 @@ def test_thread_status_files_stay_open_and_fresh() -> None:
         stop.set()
         files.close_all()
     assert len(files) == 0
+
+
+def test_threads_are_listed_again_only_when_one_started_or_exited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child process with three threads: read with kept files, its task directory is
+    listed once, and again only when the thread count in stat changed or a kept file
+    read as gone; when one thread exits and another starts between two reads (the same
+    count), the new thread is read in that same scrape and the gone one retired."""
+    code = (
+        "import sys, threading\n"
+        "held = []\n"
+        "def start():\n"
+        "    ev = threading.Event(); t = threading.Thread(target=ev.wait); t.start()\n"
+        "    held.append((ev, t))\n"
+        "start(); start(); print('ready', flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    if line.strip() == 'swap':\n"
+        "        ev, t = held.pop(0); ev.set(); t.join(); start()\n"
+        "    else:\n"
+        "        start()\n"
+        "    print('done', flush=True)\n"
+    )
+    listings: list[str] = []
+    real_listdir = os.listdir
+
+    def counting_listdir(path: str) -> list[str]:
+        listings.append(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(process.os, "listdir", counting_listdir)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    files = AttrFiles(budget=100)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        task = f"/proc/{child.pid}/task"
+        comm = frozenset({Path(f"/proc/{child.pid}/comm").read_text().strip()})
+        state = process.ProcessState()
+
+        def read() -> process.ProcessSample:
+            return process.read_process(HostFS(), child.pid, state, comm, files=files)
+
+        def command(line: str) -> None:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write(line + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+
+        assert read().threads == 3 and listings == [task]
+        assert read().threads == 3 and read().threads == 3
+        assert listings == [task]  # the same threads: not listed again
+        before = set(state.threads)
+        command("swap")
+        p = read()
+        now = {int(t) for t in real_listdir(task)}
+        assert p.threads == 3 and set(state.threads) == now != before
+        assert len(listings) == 2  # a kept file read as gone: listed again
+        assert state.listing == (child.pid, tuple(sorted(now)))
+        command("start")
+        assert read().threads == 4 and len(listings) == 3  # stat's count changed
+        assert set(state.threads) == {int(t) for t in real_listdir(task)}
+        read()
+        assert len(listings) == 3
+    finally:
+        child.kill()
+        child.wait()
+        files.close_all()
 
 
 def test_thread_status_file_replaced_in_a_fixture_tree(tmp_path: Path) -> None:

@@ -339,6 +339,25 @@ def osd_shapes(
     )
 
 
+def interpreter() -> str:
+    """The interpreter the exporter runs under, and whether it loads libpython as a
+    shared library. pyenv's default build (--enable-shared, no profile-guided
+    optimisation) took 6-10 % more CPU for the host scrape and 20 % more for ten OSDs
+    than Debian's python3.11, which has libpython linked into the interpreter
+    (docs/performance.md); the Debian package and `make bench` on a fresh Debian
+    machine use Debian's."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        maps = ""
+    shared = "libpython" in maps
+    kind = "shared libpython" if shared else "libpython linked in"
+    return (
+        f"{platform.python_implementation()} {platform.python_version()} "
+        f"({os.path.realpath(sys.executable)}, {kind})"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -423,8 +442,7 @@ def main() -> int:
         # With --json the interleaved sections go to stderr: stdout stays one document.
         with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
             print(
-                f"Node fixture: {args.node}; {platform.python_implementation()} "
-                f"{platform.python_version()}, {os.cpu_count()} CPUs, kernel "
+                f"Node fixture: {args.node}; {interpreter()}, {os.cpu_count()} CPUs, kernel "
                 f"{platform.release()}, load average {os.getloadavg()[0]:.2f} at the start\n"
             )
             ticker = Ticker(tmp)
@@ -531,8 +549,7 @@ def main() -> int:
         return 0
     print(
         f"Node fixture: {args.node}; {args.scrapes} sequential scrapes after 10 warm-up; "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, kernel {platform.release()}\n"
+        f"{interpreter()}, {os.cpu_count()} CPUs, kernel {platform.release()}\n"
     )
     print("| exporter | p50 ms | p95 ms | CPU ms/scrape | RSS MB | series | failed collectors |")
     print("|---|---|---|---|---|---|---|")

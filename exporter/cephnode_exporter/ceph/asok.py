@@ -68,7 +68,7 @@ class Allowed:
     the largest reply accepted from it: ``max_bytes`` announced, ``max_items`` JSON items.
 
     Why per command: bytes alone do not bound memory. ``json.loads`` of a 12 MB object of
-    a million small keys takes about 200 MB, and an OSD's parallel task holds five
+    a million small keys takes about 200 MB, and an OSD's round holds five
     replies at once; the real replies are tens of KB (docs/limits.md has the sizes
     measured on the Pacific test cluster and the margins). ``max_items`` bounds the
     values a parse creates (see :func:`json_items`), each 60 to 150 bytes in memory
@@ -315,7 +315,8 @@ class AdminSocket:
 
     ``timeout`` bounds a whole exchange (connect, send, read the reply) and
     ``connect_timeout`` the connect alone; a call may pass an absolute
-    ``time.monotonic()`` deadline instead (ceph/querypool.py's ``QueryPool`` does).
+    ``time.monotonic()`` deadline instead; ceph/asokloop.py runs many sockets' exchanges
+    at once in one thread.
     """
 
     def __init__(
@@ -344,7 +345,10 @@ class AdminSocket:
         JSON commands return the parsed value (None for an empty reply, which some
         commands give when there is nothing to report); text commands return a str.
         """
-        payload = self.raw(prefix, deadline=deadline, **args)
+        return self.parse(prefix, self.raw(prefix, deadline=deadline, **args))
+
+    def parse(self, prefix: str, payload: bytes) -> Any:
+        """A reply payload of ``prefix`` as :meth:`command` returns it."""
         if ALLOWED_COMMANDS[prefix].text:
             try:
                 return payload.decode("utf-8")
@@ -355,12 +359,49 @@ class AdminSocket:
     def raw(self, prefix: str, *, deadline: float | None = None, **args: object) -> bytes:
         """Run an allowlisted command; the reply payload as bytes (``ERROR:`` raises)."""
         request = encode_request(prefix, args, self.path)
-        payload = self._exchange(prefix, request, self._deadline(deadline))
+        return self.checked(prefix, self._exchange(prefix, request, self._deadline(deadline)))
+
+    def checked(self, prefix: str, payload: bytes) -> bytes:
+        """A complete reply payload of ``prefix``, or the error it is: ``ERROR:`` from
+        the daemon, or more JSON items than the command's cap."""
         if payload.startswith(b"ERROR:"):
             text = payload.decode("utf-8", "replace").strip().replace("\n", " | ")
             raise AsokCommandError(self.path, prefix, text[:300])
         check_items(payload, self.path, prefix)
         return payload
+
+    def check_length(self, prefix: str, length: int) -> None:
+        """Raise :class:`AsokReplyTooLarge` when the announced reply length is above
+        this client's cap or the command's own, before anything of it is read."""
+        if length > self.max_reply_bytes:
+            raise AsokReplyTooLarge(
+                self.path,
+                prefix,
+                f"daemon announced {length} bytes, the cap is {self.max_reply_bytes}",
+            )
+        cap = ALLOWED_COMMANDS[prefix].max_bytes if prefix in ALLOWED_COMMANDS else 0
+        if cap and length > cap:
+            raise AsokReplyTooLarge(
+                self.path,
+                prefix,
+                f"daemon announced {length} bytes, the cap for this command is {cap} "
+                "(docs/limits.md); nothing read",
+            )
+
+    def note_peer(self, conn: socket.socket, *, strict: bool = False) -> int | None:
+        """The connected peer's pid (SO_PEERCRED), kept in ``last_peer``; None when it is
+        not in our pid namespace (the kernel reports 0) or, unless ``strict`` (then
+        :class:`AsokConnectError`), when the option cannot be read."""
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        except OSError as exc:
+            self.last_peer = None
+            if strict:
+                raise AsokConnectError(self.path, "peer_pid", f"SO_PEERCRED: {exc}") from None
+            return None
+        pid = _UCRED.unpack(creds)[0]
+        self.last_peer = (pid if pid > 0 else None,)
+        return self.last_peer[0]
 
     def peer_pid(self, *, deadline: float | None = None) -> int | None:
         """The pid of the process that listens on the socket (SO_PEERCRED), or None.
@@ -374,13 +415,9 @@ class AdminSocket:
         with self._locked("peer_pid", end):
             sock = self._connect("peer_pid", end)
             try:
-                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-            except OSError as exc:
-                raise AsokConnectError(self.path, "peer_pid", f"SO_PEERCRED: {exc}") from None
+                return self.note_peer(sock, strict=True)
             finally:
                 sock.close()
-        pid, _uid, _gid = _UCRED.unpack(creds)
-        return pid if pid > 0 else None
 
     def seen_peer_pid(self, *, deadline: float | None = None) -> int | None:
         """:meth:`peer_pid`, taken from the last command's connection when there was one
@@ -411,32 +448,13 @@ class AdminSocket:
         with self._locked(prefix, deadline):
             sock = self._connect(prefix, deadline)
             try:
-                try:
-                    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-                except OSError:
-                    self.last_peer = None
-                else:
-                    pid = _UCRED.unpack(creds)[0]
-                    self.last_peer = (pid if pid > 0 else None,)
+                self.note_peer(sock)
                 self._send(sock, prefix, request, deadline)
                 header = self._recv_exact(
                     sock, prefix, _LENGTH.size, deadline, "reply length", start
                 )
                 (length,) = _LENGTH.unpack(header)
-                if length > self.max_reply_bytes:
-                    raise AsokReplyTooLarge(
-                        self.path,
-                        prefix,
-                        f"daemon announced {length} bytes, the cap is {self.max_reply_bytes}",
-                    )
-                cap = ALLOWED_COMMANDS[prefix].max_bytes if prefix in ALLOWED_COMMANDS else 0
-                if cap and length > cap:
-                    raise AsokReplyTooLarge(
-                        self.path,
-                        prefix,
-                        f"daemon announced {length} bytes, the cap for this command is {cap} "
-                        "(docs/limits.md); nothing read",
-                    )
+                self.check_length(prefix, length)
                 return bytes(self._recv_exact(sock, prefix, length, deadline, "reply", start))
             finally:
                 sock.close()

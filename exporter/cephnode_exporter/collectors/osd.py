@@ -9,20 +9,19 @@ an OSD, all labelled ``ceph_daemon="osd.N"`` so they join with the host facts.
 Why this shape:
 
 - Sockets are discovered on every scrape (one ``scandir``): OSDs come, go and restart.
-- All OSDs are queried in parallel on a persistent, bounded :class:`QueryPool` within one
-  budget (``--collector.osd.timeout``, kept below ``--collector.timeout``), so a stopped
-  OSD (which accepts connections and never answers) costs the scrape at most the budget
-  and is reported as itself: ``cephnode_osd_scrape_success{ceph_daemon} 0``.
+- All OSDs are queried at once, in this thread, on non-blocking sockets
+  (ceph/asokloop.py) within one budget (``--collector.osd.timeout``, kept below
+  ``--collector.timeout``), so a stopped OSD (which accepts connections and never
+  answers) costs the scrape at most the budget and is reported as itself:
+  ``cephnode_osd_scrape_success{ceph_daemon} 0``.
 - A failing OSD is logged when its failure starts or changes and when it recovers, not on
   every scrape (like the scraper's own collector log).
 - A node without OSDs (no socket directory, or no OSD sockets) is a success with no OSD
   series: the collector is on by default and the exporter also runs on other nodes.
 - Host facts per OSD: its pid comes from the admin socket's peer credentials
-  (``SO_PEERCRED``, fetched in the same parallel task as the commands); its process is
-  read from ``--path.procfs`` after the round, in the collector's own thread, one OSD
-  after the other (each thread status ``pread`` releases the interpreter lock: read in
-  the ten query threads they cost half as much CPU again in lock hand-offs;
-  hostfs/process.py says why not psutil). The ``block`` link of its data directory is
+  (``SO_PEERCRED`` of the round's connections); its process is read from
+  ``--path.procfs`` after the round, one OSD after the other (hostfs/process.py says
+  why not psutil). The ``block`` link of its data directory is
   followed to its disks in the same thread (sysfs is read serially, as node_exporter
   learned to). A pid we cannot see (the OSD in another pid
   namespace), an OSD without a block device (memstore, a file-backed BlueStore) or an
@@ -63,6 +62,7 @@ from prometheus_client.core import Metric
 
 from cephnode_exporter.ceph import perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokStale
+from cephnode_exporter.ceph.asokloop import run_rounds
 from cephnode_exporter.ceph.discovery import (
     DEFAULT_SOCKET_DIR,
     Answer,
@@ -74,7 +74,6 @@ from cephnode_exporter.ceph.discovery import (
     limit_sockets,
 )
 from cephnode_exporter.ceph.network import MAX_ENTRIES
-from cephnode_exporter.ceph.querypool import QueryPool
 from cephnode_exporter.collectors.base import (
     Collector,
     CollectorContext,
@@ -89,7 +88,7 @@ from cephnode_exporter.collectors.osd_query import (
     ConfigCache,
     NetworkCache,
     parse_replies,
-    query_task,
+    query_round,
     read_osd_process,
 )
 from cephnode_exporter.facts.osd import (
@@ -150,7 +149,6 @@ class OSDCollector(Collector):
         self._socket_dir = str(opts.ceph_socket_dir)
         limit = ctx.collector_timeout * TIMEOUT_SHARE
         self._timeout = min(float(opts.collector_osd_timeout), limit)
-        self._pool: QueryPool | None = None
         self._last_error: dict[str, str | None] = {}
         self._last_host: dict[str, tuple[str | None, str | None]] = {}
         self._proc_states: dict[str, ProcessState] = {}
@@ -257,9 +255,6 @@ class OSDCollector(Collector):
         )
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
         self._thread_files.close_all()
 
     def read(self) -> OSDCollectorFacts:
@@ -283,19 +278,17 @@ class OSDCollector(Collector):
         limited = limit_sockets(sockets, self._socket_limit.limit)
         self._socket_limit.note(len(limited.dropped), len(sockets))
         sockets = limited.kept
-        if self._pool is None:
-            self._pool = QueryPool()
         # Keyed by path: two clusters on one node may both have an osd.0.
-        tasks = {}
+        rounds = {}
         for s in sockets:
             sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
             state = self._proc_states.setdefault(s.path, ProcessState())
             cache = self._config_caches.setdefault(s.path, ConfigCache())
             network = self._network_caches.setdefault(s.path, NetworkCache())
-            tasks[s.path] = query_task(
+            rounds[s.path] = query_round(
                 sock, cache, self._config_interval, network, self._network_interval
             )
-        results = self._pool.run(tasks, self._timeout)
+        results = run_rounds(rounds, self._timeout)
         # One socket per daemon: a stale or second socket of an OSD is left out here.
         choice = choose_sockets(sockets, self._answers(sockets, results))
         self._note_dropped(choice.dropped)

@@ -1,16 +1,14 @@
 """The ``osd`` collector's admin-socket round: what one OSD is asked each scrape.
 
-Part of the ``osd`` collector (collectors/osd.py), which runs :func:`query_task` for
-every OSD in parallel on its query pool and then calls :func:`parse_replies` in its own
-thread. A round sends ``perf histogram dump``, ``perf dump`` and ``dump_ops_in_flight``
-every scrape; ``config show`` and ``version`` only when the OSD's :class:`ConfigCache`
-is stale or its pid changed (a restart); ``dump_osd_network`` likewise only when its
+Part of the ``osd`` collector (collectors/osd.py), which runs :func:`query_round` for
+every OSD at once (ceph/asokloop.py) and then calls :func:`parse_replies`. A round sends
+``perf histogram dump``, ``perf dump`` and ``dump_ops_in_flight`` every scrape;
+``config show`` and ``version`` only when the OSD's :class:`ConfigCache` is stale or its
+pid changed (a restart); ``dump_osd_network`` likewise only when its
 :class:`NetworkCache` is; ``dump_objectstore_kv_stats`` only when config show says the
-OSD keeps RocksDB statistics. The task finds the OSD's pid (the socket's peer); its
-process is read afterwards in the collector's thread (:func:`read_osd_process`), one OSD
-after the other: each thread status read releases the interpreter lock, and ten tasks
-trading it at every read cost more CPU than the reads (docs/performance.md). Replies are
-parsed by ceph/perf.py, ceph/kvstats.py and ceph/network.py; this module only decides
+OSD keeps RocksDB statistics. The round finds the OSD's pid (the socket's peer); its
+process is read afterwards (:func:`read_osd_process`), one OSD after the other. Replies
+are parsed by ceph/perf.py, ceph/kvstats.py and ceph/network.py; this module only decides
 what to ask and where the answers go.
 """
 
@@ -22,6 +20,7 @@ from typing import Any
 
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, decode_reply
+from cephnode_exporter.ceph.asokloop import PEER, Ask, Round, run_blocking
 from cephnode_exporter.ceph.network import NetworkPings, parse_osd_network
 from cephnode_exporter.facts.osd import OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
@@ -37,7 +36,7 @@ from cephnode_exporter.hostfs.process import (
 class ConfigCache:
     """One OSD's last ``config show`` and ``version``, reused for ``interval`` seconds.
 
-    The task thread decides and fetches; the collector thread parses a fresh reply and
+    The round decides and fetches; :func:`parse_replies` parses a fresh reply and
     stores the result (or clears the cache when it does not parse, so the next scrape
     asks again). A pid of None (not visible) relies on the interval alone.
     """
@@ -70,8 +69,8 @@ class NetworkCache:
     change), so a reply asked for within the minute mostly repeats the last one. Reused
     for at most the interval (a change shows up to that much later, as it would with
     the interval as the scrape interval), and dropped at once when the OSD's pid changed
-    (a restarted OSD starts its averages afresh). The task thread decides and fetches;
-    the collector thread parses a fetched reply and stores the summary (or leaves the
+    (a restarted OSD starts its averages afresh). The round decides and fetches;
+    :func:`parse_replies` parses a fetched reply and stores the summary (or leaves the
     cache empty when it does not parse, so the next scrape asks again). A pid of None
     (not visible) relies on the interval alone.
     """
@@ -87,9 +86,9 @@ class NetworkCache:
 @dataclass
 class _Replies:
     """The replies of one OSD, gathered within the deadline. The three asked every
-    scrape are kept as bytes and decoded by :func:`parse_replies` in the collector's
-    thread: decoding holds the interpreter lock for 0.1-0.3 ms a reply, and held in a
-    query thread it makes the others wait for the lock after each socket read."""
+    scrape are kept as bytes and decoded by :func:`parse_replies` once every round has
+    ended: decoding takes 0.1-0.3 ms a reply, which within the rounds would keep the
+    other OSDs' ready sockets waiting."""
 
     path: str = ""
     histograms: bytes = b""
@@ -109,30 +108,32 @@ class _Replies:
     process_error: str | None = None
 
 
-def _query(
+def _round(
     sock: AdminSocket,
-    deadline: float,
     cache: ConfigCache,
     interval: float,
     network: NetworkCache | None = None,
     network_interval: float = 0.0,
-) -> _Replies:
+) -> Round[_Replies]:
+    """One OSD's round (ceph/asokloop.py): each request yielded, its payload received."""
+    path = sock.path
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
-    r = _Replies(path=sock.path)
-    r.histograms = sock.raw("perf histogram dump", logger="osd", deadline=deadline)
+    r = _Replies(path=path)
+    r.histograms = yield Ask("perf histogram dump", {"logger": "osd"})
     # The pid of that connection's peer tells a restarted OSD from the cached one.
     seen = sock.last_peer
     seen_pid = seen[0] if seen is not None else None
-    r.perf = sock.raw("perf dump", deadline=deadline)
-    r.ops = sock.raw("dump_ops_in_flight", deadline=deadline)
+    r.perf = yield Ask("perf dump")
+    r.ops = yield Ask("dump_ops_in_flight")
     now = time.monotonic()
     r.network_cache = network
     if network is not None and seen is not None and network.fresh(seen_pid, now, network_interval):
         r.network_fetched = False
     else:
         # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
-        r.network = sock.command("dump_osd_network", value=0, deadline=deadline)
+        reply = yield Ask("dump_osd_network", {"value": 0})
+        r.network = decode_reply(reply, path, "dump_osd_network")
         if network is not None:
             network.pings = None  # until the collector parsed the reply
             network.pid, network.fetched = seen_pid, now
@@ -140,8 +141,8 @@ def _query(
     if seen is not None and cache.fresh(seen_pid, now, interval):
         r.fetched = False
     else:
-        r.config = sock.command("config show", deadline=deadline)
-        r.version = sock.command("version", deadline=deadline)
+        r.config = decode_reply((yield Ask("config show")), path, "config show")
+        r.version = decode_reply((yield Ask("version")), path, "version")
         cache.config, cache.version = None, None  # until the collector parsed them
         cache.pid = seen_pid
         cache.fetched = now
@@ -149,10 +150,10 @@ def _query(
         fsid = r.config.get("fsid") if isinstance(r.config, dict) else None
         cache.fsid = fsid if isinstance(fsid, str) else None
     if cache.kv_wanted:
-        r.kv_stats = sock.raw("dump_objectstore_kv_stats", deadline=deadline)
+        r.kv_stats = yield Ask("dump_objectstore_kv_stats")
     # The pid for the process read (read_osd_process): a failure here must not fail the OSD.
     try:
-        r.pid = sock.seen_peer_pid(deadline=deadline)
+        r.pid = sock.last_peer[0] if sock.last_peer is not None else (yield PEER)
     except AsokError as exc:
         r.process_error = f"peer pid: {exc}"
         return r
@@ -163,16 +164,25 @@ def _query(
     return r
 
 
+def _query(
+    sock: AdminSocket,
+    deadline: float,
+    cache: ConfigCache,
+    interval: float,
+    network: NetworkCache | None = None,
+    network_interval: float = 0.0,
+) -> _Replies:
+    """One OSD's round in the calling thread, with the blocking client."""
+    return run_blocking(sock, _round(sock, cache, interval, network, network_interval), deadline)
+
+
 def read_osd_process(
     replies: _Replies, fs: HostFS, state: ProcessState, files: AttrFiles | None = None
 ) -> None:
-    """Read the process of the OSD whose pid the round found, in the caller's thread.
-
-    Serially, after the parallel round: the thread statuses are read one ``pread`` each,
-    and every ``pread`` releases the interpreter lock; ten query threads taking it in
-    turns at each of an OSD's 50-100 reads cost more CPU than the reads themselves
-    (docs/performance.md, "OSD collector"). A failure is the OSD's process note or
-    error, never the OSD's.
+    """Read the process of the OSD whose pid the round found, after every round has
+    ended (its 50-100 thread statuses read within the rounds would keep the other OSDs'
+    ready sockets waiting). A failure is the OSD's process note or error, never the
+    OSD's.
     """
     if replies.pid is None or replies.process_error is not None:
         return
@@ -182,7 +192,7 @@ def read_osd_process(
         replies.process_note = str(exc)
     except (OSError, ParseError) as exc:
         replies.process_error = str(exc)
-    except Exception as exc:  # as in the query pool: even a bug stays this OSD's
+    except Exception as exc:  # as in the rounds: even a bug stays this OSD's
         replies.process_error = f"reading pid {replies.pid}: {type(exc).__name__}: {exc}"
 
 
@@ -236,12 +246,12 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     facts.process_error = replies.process_error
 
 
-def query_task(
+def query_round(
     sock: AdminSocket,
     cache: ConfigCache,
     interval: float,
     network: NetworkCache | None = None,
     network_interval: float = 0.0,
-) -> Any:
-    """One OSD's round as a query pool task, which the pool calls with its deadline."""
-    return lambda deadline: _query(sock, deadline, cache, interval, network, network_interval)
+) -> tuple[AdminSocket, Round[_Replies]]:
+    """One OSD's round as :func:`~cephnode_exporter.ceph.asokloop.run_rounds` runs it."""
+    return sock, _round(sock, cache, interval, network, network_interval)

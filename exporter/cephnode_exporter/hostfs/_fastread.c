@@ -214,7 +214,170 @@ static PyObject *pread_bytes(PyObject *self, PyObject *args)
     return batch(args, make_bytes);
 }
 
+/* ---------------------------------------------------------------- thread statuses
+ *
+ * The three lines hostfs/process.py takes from every thread of an OSD but its leader, as
+ * fs/proc/array.c proc_pid_status() prints them: "Cpus_allowed_list:\t<list>", then
+ * (after the Mems_allowed lines) "voluntary_ctxt_switches:\t<n>" directly followed by
+ * "nonvoluntary_ctxt_switches:\t<n>". The contract is _thread_counts' (process.py): an
+ * entry this code is not sure of is left to Python, which takes it line by line and
+ * names a fault; nothing is accepted that its regular expression would refuse. */
+
+static const char *find(const char *hay, const char *end, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (end - hay < (ssize_t)n)
+        return NULL;
+    return memmem(hay, (size_t)(end - hay), needle, n);
+}
+
+static const char *skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* A decimal u64 at p (after blanks), then blanks, then a newline (or, when at_end_ok, the
+ * end of the text). Sets *next past the newline; 0 when anything else is there. */
+static int line_number(const char *p, const char *end, int at_end_ok, uint64_t *value,
+                       const char **next)
+{
+    p = skip_blanks(p, end);
+    uint64_t v = 0;
+    const char *start = p;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0; /* beyond 64 bits: Python decides */
+        v = v * 10 + d;
+    }
+    if (p == start)
+        return 0;
+    p = skip_blanks(p, end);
+    if (p < end) {
+        if (*p != '\n')
+            return 0;
+        p++;
+    } else if (!at_end_ok) {
+        return 0;
+    }
+    *value = v;
+    *next = p;
+    return 1;
+}
+
+/* (voluntary, involuntary, allowed-CPU list) of one status, or 0 when not sure. */
+static int status_fields(const char *text, Py_ssize_t len, uint64_t *vol, uint64_t *invol,
+                         const char **cpus, Py_ssize_t *cpus_len)
+{
+    static const char allowed_key[] = "\nCpus_allowed_list:";
+    static const char vol_key[] = "\nvoluntary_ctxt_switches:";
+    static const char invol_key[] = "nonvoluntary_ctxt_switches:";
+    const char *end = text + len;
+    const char *p = find(text, end, allowed_key);
+    if (p == NULL)
+        return 0;
+    p = skip_blanks(p + sizeof(allowed_key) - 1, end);
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    if (eol == NULL)
+        return 0;
+    const char *last = eol;
+    while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+        last--;
+    for (const char *c = p; c < last; c++)
+        if ((unsigned char)*c >= 0x80)
+            return 0; /* not ASCII: Python decides */
+    *cpus = p;
+    *cpus_len = last - p;
+    /* The voluntary line at a line start after it; the next line must be involuntary. */
+    const char *v = find(eol, end, vol_key);
+    if (v == NULL)
+        return 0;
+    const char *next;
+    if (!line_number(v + sizeof(vol_key) - 1, end, 0, vol, &next))
+        return 0;
+    if (end - next < (ssize_t)(sizeof(invol_key) - 1) ||
+        memcmp(next, invol_key, sizeof(invol_key) - 1) != 0)
+        return 0;
+    return line_number(next + sizeof(invol_key) - 1, end, 1, invol, &next);
+}
+
+/* status_counts(tids, texts) -> (counts, cpu_lists, rest): see the method table. */
+static PyObject *status_counts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *tids_arg, *texts_arg;
+    if (!PyArg_ParseTuple(args, "OO", &tids_arg, &texts_arg))
+        return NULL;
+    PyObject *tids = PySequence_Fast(tids_arg, "tids must be a sequence");
+    if (tids == NULL)
+        return NULL;
+    PyObject *texts = PySequence_Fast(texts_arg, "texts must be a sequence");
+    if (texts == NULL) {
+        Py_DECREF(tids);
+        return NULL;
+    }
+    PyObject *counts = NULL, *lists = NULL, *rest = NULL, *out = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(tids);
+    if (PySequence_Fast_GET_SIZE(texts) != n) {
+        PyErr_SetString(PyExc_ValueError, "tids and texts differ in length");
+        goto done;
+    }
+    counts = PyDict_New();
+    lists = PySet_New(NULL);
+    rest = PyList_New(0);
+    if (counts == NULL || lists == NULL || rest == NULL)
+        goto done;
+    PyObject **tid_items = PySequence_Fast_ITEMS(tids);
+    PyObject **text_items = PySequence_Fast_ITEMS(texts);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *text = text_items[i];
+        uint64_t vol, invol;
+        const char *cpus;
+        Py_ssize_t cpus_len;
+        if (!PyBytes_Check(text) ||
+            !status_fields(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text), &vol, &invol, &cpus,
+                           &cpus_len)) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(rest, index) < 0) {
+                Py_XDECREF(index);
+                goto done;
+            }
+            Py_DECREF(index);
+            continue;
+        }
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)vol, (unsigned long long)invol);
+        if (pair == NULL)
+            goto done;
+        int failed = PyDict_SetItem(counts, tid_items[i], pair) < 0;
+        Py_DECREF(pair);
+        if (failed)
+            goto done;
+        PyObject *list = PyBytes_FromStringAndSize(cpus, cpus_len);
+        if (list == NULL)
+            goto done;
+        failed = PySet_Add(lists, list) < 0;
+        Py_DECREF(list);
+        if (failed)
+            goto done;
+    }
+    out = PyTuple_Pack(3, counts, lists, rest);
+done:
+    Py_XDECREF(counts);
+    Py_XDECREF(lists);
+    Py_XDECREF(rest);
+    Py_DECREF(tids);
+    Py_DECREF(texts);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"status_counts", status_counts, METH_VARARGS,
+     "status_counts(tids, texts) -> (counts, cpu_lists, rest): of each thread's status "
+     "text (bytes, or None), {tid: (voluntary, involuntary)} and the distinct "
+     "Cpus_allowed_list values (bytes), and the indices of the texts not read here (None, "
+     "or not the shape proc_pid_status() prints), which the caller reads itself."},
     {"pread_ints", pread_ints, METH_VARARGS,
      "pread_ints(fds, size, recheck=False) -> list: each descriptor's first size bytes "
      "as a decimal integer, None where the descriptor is -1, the read failed or the text "

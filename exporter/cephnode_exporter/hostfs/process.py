@@ -31,11 +31,14 @@ because the allocator cannot change while it runs.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import importlib
 import os
 import re
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import (
@@ -213,8 +216,9 @@ def _line(data: bytes, key: bytes) -> bytes | None:
 # The three lines in the order fs/proc/array.c proc_pid_status() prints them:
 # task_cpus_allowed() (Cpus_allowed, Cpus_allowed_list), cpuset_task_status_allowed()
 # (Mems_allowed, Mems_allowed_list), then task_context_switch_counts() (voluntary and
-# nonvoluntary, one after the other). One search finds all three; a status in another
-# order (another kernel) takes the three separate searches below.
+# nonvoluntary, one after the other). One match, from where the first line starts (found
+# with bytes.find, faster than the regex's own scan), reads all three; a status in
+# another order (another kernel) takes the three separate searches below.
 _COUNTS_RE = re.compile(
     rb"\nCpus_allowed_list:[ \t]*([^\n]*?)[ \t]*\n(?:[^\n]*\n)*?"
     rb"voluntary_ctxt_switches:[ \t]*([0-9]+)[ \t]*\n"
@@ -234,7 +238,8 @@ def _thread_counts(data: bytes) -> tuple[int, int, frozenset[int]] | None:
     names the fault). The fast path for the threads other than the leader, which give
     nothing else: one search of the raw bytes instead of decoding and splitting the 55
     lines an OSD's 50-100 threads each print every scrape."""
-    found = _COUNTS_RE.search(data)
+    start = data.find(_CPUS_ALLOWED)
+    found = _COUNTS_RE.match(data, start) if start >= 0 else None
     if found is not None:
         allowed, vol_b, invol_b = found.groups()
         try:
@@ -253,6 +258,43 @@ def _thread_counts(data: bytes) -> tuple[int, int, frozenset[int]] | None:
     except ValueError:  # UnicodeDecodeError included
         return None
     return int(vol), int(invol), cpus
+
+
+StatusCounts = tuple[dict[int, tuple[int, int]], set[bytes], list[int]]
+
+
+def status_counts_python(tids: Sequence[int], texts: Sequence[bytes | None]) -> StatusCounts:
+    """Of each thread's status text: ``{tid: (voluntary, involuntary)}``, the distinct
+    ``Cpus_allowed_list`` values as printed, and the indices of the texts not read here
+    (None, or not in proc_pid_status()'s order), which the caller reads one by one. The
+    pure-Python twin of the compiled ``status_counts`` (hostfs/_fastread.c): the same
+    results, where the compiled one may leave more to the caller, never fewer wrongly."""
+    counts: dict[int, tuple[int, int]] = {}
+    lists: set[bytes] = set()
+    rest: list[int] = []
+    for i, (tid, data) in enumerate(zip(tids, texts, strict=True)):
+        start = -1 if data is None else data.find(_CPUS_ALLOWED)
+        found = _COUNTS_RE.match(data, start) if data is not None and start >= 0 else None
+        if found is None:
+            rest.append(i)
+            continue
+        allowed, vol_b, invol_b = found.groups()
+        counts[tid] = (int(vol_b), int(invol_b))
+        lists.add(allowed)
+    return counts, lists, rest
+
+
+def _load_status_counts() -> Callable[[Sequence[int], Sequence[bytes | None]], StatusCounts]:
+    try:
+        compiled = importlib.import_module("cephnode_exporter.hostfs._fastread")
+    except ImportError:  # hostfs/batch.py logs that the compiled reader is missing
+        return status_counts_python
+    return compiled.status_counts  # type: ignore[no-any-return]
+
+
+# The compiled status_counts when the package was built with it (hostfs/batch.py says
+# which at start), else the Python one.
+status_counts = _load_status_counts()
 
 
 def allocator_of(paths: list[str]) -> str:
@@ -410,6 +452,78 @@ class ProcessState:
         )
 
 
+def _list_tasks(task_dir: str) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
+    except OSError as exc:
+        _raise_gone(exc, task_dir)
+        raise OSError(exc.errno, exc.strerror, task_dir) from None
+
+
+_Threads = tuple[dict[int, tuple[int, int]], set[frozenset[int]], ThreadStatus | None]
+
+
+def _read_threads(
+    fs: HostFS,
+    pid: int,
+    task_dir: str,
+    tids: list[int],
+    state: ProcessState,
+    files: AttrFiles | None,
+) -> _Threads | None:
+    """Each listed thread's (voluntary, involuntary) switches, the distinct allowed-CPU
+    sets (an OSD's threads share one or a few) and the leader's status. A thread that
+    exited between the listing and the read is left out, or, when ``tids`` is the last
+    scrape's listing (read_process), makes this return None so the caller lists anew."""
+    leader: ThreadStatus | None = None
+    prefix = task_dir + os.sep
+    paths = [f"{prefix}{tid}{os.sep}status" for tid in tids]
+    listing = (pid, tuple(tids))
+    reused = listing == state.listing
+    if files is not None and not reused:
+        if state.key is not None and state.key[0] != pid:
+            files.close_under(fs.proc(str(state.key[0])) + os.sep)  # the previous process
+        # Threads gone since the last listing (the same listing has no file to close:
+        # each of its files is one of its tids'); a file kept for a tid that a new thread
+        # took reads as gone once (ESRCH) and is reopened at the next scrape.
+        files.close_under(prefix, keep=set(paths))
+        state.listing = listing
+    # The kept files in one batched call (hostfs/batch.py), the three lines of each read
+    # by status_counts; the loop below takes the rest (first scrape, budget full, a failed
+    # or page-long read, another shape) and the leader, whose status gives more.
+    batch = files.read_many(paths, BATCH_PAGE) if files is not None else [None] * len(paths)
+    counts, lists, rest = status_counts(tids, batch)
+    allowed: set[frozenset[int]]
+    try:
+        allowed = {_cpus_bytes(text) for text in lists}
+    except ValueError:  # UnicodeDecodeError included: every thread the slow way, named
+        counts, allowed, rest = {}, set(), list(range(len(tids)))
+    slow = set(rest)
+    with contextlib.suppress(ValueError):
+        slow.add(tids.index(pid))
+    for i in sorted(slow):
+        tid, path, data = tids[i], paths[i], batch[i]
+        if data is None:
+            try:
+                data = _read_status(files, path)
+            except ProcessGone:
+                if reused:
+                    state.listing = None
+                    return None
+                continue  # the thread exited between the listing and the read
+        fast = None if tid == pid else _thread_counts(data)
+        if fast is not None:
+            counts[tid] = (fast[0], fast[1])
+            allowed.add(fast[2])
+            continue
+        status = parse_status(data.decode("utf-8", "replace"), path)
+        counts[tid] = (status.voluntary, status.involuntary)
+        allowed.add(status.cpus_allowed)
+        if tid == pid:
+            leader = status
+    return counts, allowed, leader
+
+
 def read_process(
     fs: HostFS,
     pid: int,
@@ -433,45 +547,25 @@ def read_process(
             "(the admin socket's pid from another pid namespace?)"
         )
     task_dir = fs.proc(str(pid), "task")
-    try:
-        tids = sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
-    except OSError as exc:
-        _raise_gone(exc, task_dir)
-        raise OSError(exc.errno, exc.strerror, task_dir) from None
-    counts: dict[int, tuple[int, int]] = {}
-    # The distinct allowed-CPU sets (an OSD's threads share one or a few), joined below.
-    allowed: set[frozenset[int]] = set()
-    leader: ThreadStatus | None = None
-    prefix = task_dir + os.sep
-    paths = [f"{prefix}{tid}{os.sep}status" for tid in tids]
-    listing = (pid, tuple(tids))
-    if files is not None and listing != state.listing:
-        if state.key is not None and state.key[0] != pid:
-            files.close_under(fs.proc(str(state.key[0])) + os.sep)  # the previous process
-        # Threads gone since the last listing (the same listing has no file to close:
-        # each of its files is one of its tids'); a file kept for a tid that a new thread
-        # took reads as gone once (ESRCH) and is reopened at the next scrape.
-        files.close_under(prefix, keep=set(paths))
-        state.listing = listing
-    # The kept files in one batched call (hostfs/batch.py); the plain read below opens
-    # the others (first scrape, budget full) and names a failed or page-long read.
-    batch = files.read_many(paths, BATCH_PAGE) if files is not None else [None] * len(paths)
-    for tid, path, data in zip(tids, paths, batch, strict=True):
-        if data is None:
-            try:
-                data = _read_status(files, path)
-            except ProcessGone:
-                continue  # the thread exited between the listing and the read
-        fast = None if tid == pid else _thread_counts(data)
-        if fast is not None:
-            counts[tid] = (fast[0], fast[1])
-            allowed.add(fast[2])
-            continue
-        status = parse_status(data.decode("utf-8", "replace"), path)
-        counts[tid] = (status.voluntary, status.involuntary)
-        allowed.add(status.cpus_allowed)
-        if tid == pid:
-            leader = status
+    key = (pid, stat.starttime)
+    kept = state.listing
+    if (
+        files is not None
+        and kept is not None
+        and state.key == key
+        and kept[0] == pid
+        and len(kept[1]) == stat.threads
+    ):
+        # The threads of the last listing, without listing again: a thread that exited
+        # since reads as gone through its kept file (its task is no longer there), and
+        # with none gone and the same thread count in stat, no thread can have started.
+        threads = _read_threads(fs, pid, task_dir, list(kept[1]), state, files)
+        if threads is None:  # one was gone: list and read again
+            threads = _read_threads(fs, pid, task_dir, _list_tasks(task_dir), state, files)
+    else:
+        threads = _read_threads(fs, pid, task_dir, _list_tasks(task_dir), state, files)
+    assert threads is not None
+    counts, allowed, leader = threads
     cpus: set[int] = set().union(*allowed)
     if leader is None:
         # The main thread has exited (a zombie leader keeps no task entry readable):
@@ -479,7 +573,6 @@ def read_process(
         path = fs.proc(str(pid), "status")
         leader = parse_status(_read_text(path), path)
     with state.lock:
-        key = (pid, stat.starttime)
         if state.key != key:
             state.reset(key)
         vol, invol = state.switches(counts)
