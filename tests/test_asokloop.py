@@ -337,3 +337,32 @@ def test_a_round_that_keeps_asking_after_the_deadline_is_closed(
     results = run_rounds({"a": (AdminSocket(peer(hang).path), stubborn())}, timeout=0.3)
     assert time.monotonic() - start < 0.3 + SLACK
     assert isinstance(results["a"].error, AsokTimeout) and closed == [True]
+
+
+def test_no_descriptor_left_fails_only_that_round(
+    peer: Callable[..., FakeServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """socket() failing (EMFILE: the descriptor limit reached) is the error of the round
+    that asked, not of the others, and the lock it took is free again."""
+    import errno as errno_mod
+
+    from cephnode_exporter.ceph import asokloop
+
+    real = socket.socket
+    calls = []
+
+    def first_fails(*args: Any, **kwargs: Any) -> socket.socket:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError(errno_mod.EMFILE, os.strerror(errno_mod.EMFILE))
+        return real(*args, **kwargs)
+
+    a = AdminSocket(peer(answer(b"{}")).path)
+    b = AdminSocket(peer(answer(b"{}")).path)
+    monkeypatch.setattr(asokloop.socket, "socket", first_fails)
+    results = run_rounds({"a": (a, one("version")), "b": (b, one("version"))}, timeout=1.0)
+    assert isinstance(results["a"].error, AsokConnectError)
+    assert "socket: Too many open files" in str(results["a"].error)
+    assert results["b"].value == b"{}"
+    monkeypatch.setattr(asokloop.socket, "socket", real)
+    assert run_rounds({"a": (a, one("version"))}, timeout=1.0)["a"].value == b"{}"

@@ -213,7 +213,10 @@ class _Loop:
                 self.later(ex, now)
                 return None
             ex.lock = lock
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        except OSError as exc:  # EMFILE, ENOBUFS: this round's error, not the others'
+            return None, ex.error(AsokConnectError, f"socket: {exc.strerror or exc}")
         conn.setblocking(False)
         try:
             conn.connect(ex.sock.path)
@@ -240,7 +243,10 @@ class _Loop:
         ex.sock.note_peer(conn)
         ex.out = memoryview(ex.request)
         ex.got, ex.body = 0, None
-        self.selector.register(conn, selectors.EVENT_WRITE, ex)
+        try:
+            self.selector.register(conn, selectors.EVENT_WRITE, ex)
+        except (OSError, ValueError) as exc:
+            return None, ex.error(AsokConnectError, f"poll: {exc}")
         return None
 
     def later(self, ex: _Exchange, now: float) -> None:
@@ -317,7 +323,13 @@ class _Loop:
         """The deadline passed with this exchange under way: the blocking client's error."""
         self.forget(ex)
         elapsed = now - ex.start
-        if ex.out:
+        if ex.lock is None:
+            exc = ex.error(AsokTimeout, "an earlier request to this socket is still running")
+        elif ex.conn is None:
+            exc = ex.error(
+                AsokTimeout, "connect: backlog full, the daemon is not accepting connections"
+            )
+        elif ex.out:
             exc = ex.error(AsokTimeout, "deadline passed while sending the request")
         elif ex.body is None:
             exc = ex.error(
