@@ -73,3 +73,19 @@ def test_escapes_types_and_values() -> None:
     empty = GaugeMetricFamily("e", "no samples")
     families: list[Metric] = [gauge, counter, hist, summary, info, ts, empty]
     assert encode(families) == reference(families)
+
+
+def test_value_text_cache_stays_small_while_values_churn() -> None:
+    """Counters and durations bring values that never repeat; the cache of value texts
+    stays within its bound (it held 2.5 MB at the old bound of 16,384, which `make soak`
+    saw as RSS growth), and what it prints is what prometheus_client prints."""
+    from cephnode_exporter import exposition
+
+    for scrape in range(3000):
+        family = GaugeMetricFamily("cephnode_test_churn", "Values that move.", labels=["n"])
+        for n in range(5):
+            family.add_metric([str(n)], scrape * 5 + n + 0.25)  # never seen before
+        family.add_metric(["fixed"], 1.0)  # the same every scrape
+        assert encode([family]) == reference([family])
+        assert len(exposition._VALUE_TEXT) <= exposition._VALUE_TEXT_MAX + 6
+    assert exposition._VALUE_TEXT_MAX <= 4096

@@ -37,8 +37,6 @@ from cephnode_exporter.scrape import Scraper
 log = logging.getLogger("cephnode_exporter")
 
 COMMANDS = ("serve", "dump", "check")
-# Net container allocations between young-generation collections (cmd_serve).
-GC_YOUNG_THRESHOLD = 10_000
 DEFAULT_LISTEN = ":10060"
 # Leave Prometheus this much of its scrape timeout to receive and parse the answer.
 SCRAPE_TIMEOUT_OFFSET = 0.5
@@ -395,12 +393,6 @@ def cmd_serve(args: argparse.Namespace, scraper: Scraper) -> int:
     # (gc.freeze, Python's gc module documentation).
     gc.collect()
     gc.freeze()
-    # A scrape of ten OSDs holds some 4,000 more containers at its peak than it started
-    # with (the decoded replies), which at the default threshold of 700 ran five or six
-    # young collections a scrape (0.6 ms of CPU). What a scrape builds is freed by
-    # reference counting when it ends, cycles are rare, and `make soak` checks that
-    # memory stays flat: a young collection every 10,000 net allocations costs nothing.
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     for bound in server.server_addresses:
         log.info(
             "listening",

@@ -52,9 +52,12 @@ _LABEL_TEXT_MAX = 16384
 # Go-style text of sample values, by value: most gauges (counts, flags, settings, 1.0
 # of every _info) repeat from scrape to scrape, and a lookup costs a tenth of the
 # formatting. Zero is left out (0.0 and -0.0 are equal keys but print apart), and NaN
-# (never equal to itself). Emptied past the bound, like the label texts.
+# (never equal to itself). Emptied past the bound, like the label texts. The bound is
+# small because counters, durations and quantiles add values that never repeat (25 to
+# 45 a scrape with ten OSDs, against some 150 that do): at 16,384 entries the table
+# held 2.5 MB and grew `make soak`'s RSS by that much; 2,048 hold the repeating ones.
 _VALUE_TEXT: dict[float, str] = {}
-_VALUE_TEXT_MAX = 16384
+_VALUE_TEXT_MAX = 2048
 
 
 def _label_text(key: tuple[tuple[str, str], ...]) -> str:
