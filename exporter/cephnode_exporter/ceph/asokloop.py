@@ -311,7 +311,11 @@ class _Loop:
         (length,) = _LENGTH.unpack(ex.header)
         ex.sock.check_length(ex.ask.prefix, length)
         ex.body, ex.got = bytearray(length), 0
-        return b"" if length == 0 else None
+        if length == 0:
+            return b""
+        # The daemon sends the length and the payload together (admin_socket.cc
+        # do_accept): read on now rather than after another poll.
+        return self.receive(ex, conn)
 
     def forget(self, ex: _Exchange) -> None:
         """Stop polling the exchange's connection, if it is polled."""
