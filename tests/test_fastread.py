@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -436,6 +437,19 @@ def test_process_read_is_the_same_without_the_compiled_status_counts(
     workers = [threading.Thread(target=stop.wait) for _ in range(6)]
     for w in workers:
         w.start()
+
+    def switches(tid: int) -> bytes:
+        text = Path(f"/proc/self/task/{tid}/status").read_bytes()
+        return text[text.index(b"\nvoluntary_ctxt_switches:") :]
+
+    # Until every worker sleeps in wait() for good: a thread still starting switches
+    # once more when it first blocks.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        before = [switches(w.native_id) for w in workers]  # type: ignore[arg-type]
+        time.sleep(0.05)
+        if before == [switches(w.native_id) for w in workers]:  # type: ignore[arg-type]
+            break
     comm = frozenset({Path("/proc/self/comm").read_text().strip()})
     files = AttrFiles(budget=1000)
     try:
