@@ -43,6 +43,7 @@ from cephnode_exporter.profile import load_profile
 from tests.conftest import REPO, Tree, collect, need, need_root, need_tool, samples, value
 from tests.fixtures.sysfsgen import build_tree, load_node
 from tests.test_asok import FakeServer, hang, reply
+from tests.test_asokloop import run_blocking
 
 FIXTURES = REPO / "tests" / "fixtures" / "ceph"
 KINDS = ("memstore", "bluestore")
@@ -1987,7 +1988,7 @@ def test_a_config_reply_that_does_not_parse_is_asked_again(
 
 
 class _ScriptedSocket:
-    """Stands in for AdminSocket in :func:`osd_query._query`: answers from the
+    """Stands in for AdminSocket in an OSD round (``osd_query._round``): answers from the
     recorded payloads and reports the peer pid it is told."""
 
     path = "/scripted/ceph-osd.3.asok"
@@ -2010,8 +2011,11 @@ class _ScriptedSocket:
             return b""  # the statistics off
         return json.dumps(self.command(prefix, **args)).encode()
 
-    def seen_peer_pid(self, **_: Any) -> int | None:
-        return self.pid
+
+def scripted_round(sock: _ScriptedSocket, *args: Any) -> Any:
+    """One OSD's round (``osd_query._round``) against a scripted socket, each request
+    answered by the blocking driver of tests/test_asokloop.py."""
+    return run_blocking(sock, osd_query._round(sock, *args), time.monotonic() + 5)  # type: ignore[arg-type]
 
 
 def test_a_restarted_osd_is_asked_for_its_config_at_once() -> None:
@@ -2021,7 +2025,7 @@ def test_a_restarted_osd_is_asked_for_its_config_at_once() -> None:
 
     def scrape(pid: int | None, interval: float = 60) -> list[str]:
         sock = _ScriptedSocket(pid)
-        replies = osd_query._query(sock, time.monotonic() + 5, cache, interval)  # type: ignore[arg-type]
+        replies = scripted_round(sock, cache, interval)
         facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
         osd_query.parse_replies(facts, replies)
         assert facts.version == "16.2.15" and facts.config is not None

@@ -322,14 +322,14 @@ def test_the_summary_is_reused_within_the_interval() -> None:
     from cephnode_exporter.collectors import osd_query
     from cephnode_exporter.facts.osd import OSDFacts
 
-    from tests.test_osd import _ScriptedSocket
+    from tests.test_osd import _ScriptedSocket, scripted_round
 
     config = osd_query.ConfigCache()
     cache = osd_query.NetworkCache()
 
     def scrape(pid: int | None, interval: float = 60) -> tuple[bool, OSDFacts]:
         sock = _ScriptedSocket(pid)
-        replies = osd_query._query(sock, time.monotonic() + 5, config, 60, cache, interval)  # type: ignore[arg-type]
+        replies = scripted_round(sock, config, 60, cache, interval)
         facts = OSDFacts(None, 0.0)  # type: ignore[arg-type]
         osd_query.parse_replies(facts, replies)
         return "dump_osd_network" in sock.asked, facts
@@ -353,7 +353,7 @@ def test_a_reply_that_does_not_parse_is_not_kept() -> None:
     from cephnode_exporter.collectors import osd_query
     from cephnode_exporter.facts.osd import OSDFacts
 
-    from tests.test_osd import _ScriptedSocket
+    from tests.test_osd import _ScriptedSocket, scripted_round
 
     config, cache = osd_query.ConfigCache(), osd_query.NetworkCache()
 
@@ -363,12 +363,12 @@ def test_a_reply_that_does_not_parse_is_not_kept() -> None:
             return {"entries": "none"} if prefix == "dump_osd_network" else got
 
     sock = Broken(100)
-    replies = osd_query._query(sock, time.monotonic() + 5, config, 60, cache, 60)  # type: ignore[arg-type]
+    replies = scripted_round(sock, config, 60, cache, 60)
     with pytest.raises(NetworkParseError):
         osd_query.parse_replies(OSDFacts(None, 0.0), replies)  # type: ignore[arg-type]
     assert cache.pings is None
     sock = _ScriptedSocket(100)
-    osd_query._query(sock, time.monotonic() + 5, config, 60, cache, 60)  # type: ignore[arg-type]
+    scripted_round(sock, config, 60, cache, 60)
     assert "dump_osd_network" in sock.asked
 
 

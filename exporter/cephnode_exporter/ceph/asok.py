@@ -286,8 +286,8 @@ def parse_json(payload: bytes, path: str = "", prefix: str = "") -> Any:
 def decode_reply(payload: bytes, path: str = "", prefix: str = "") -> Any:
     """A JSON command's reply as :meth:`AdminSocket.command` returns it: None when empty
     (some commands answer nothing when there is nothing to report), else the parsed
-    JSON. For a caller that takes the payload with :meth:`AdminSocket.raw` in one thread
-    and decodes it in another (collectors/osd_query.py)."""
+    JSON. For a caller that takes the payload raw (:meth:`AdminSocket.raw`, a round of
+    ceph/asokloop.py) and decodes it later (collectors/osd_query.py)."""
     if not payload.strip():
         return None
     return parse_json(payload, path, prefix)
@@ -418,13 +418,6 @@ class AdminSocket:
                 return self.note_peer(sock, strict=True)
             finally:
                 sock.close()
-
-    def seen_peer_pid(self, *, deadline: float | None = None) -> int | None:
-        """:meth:`peer_pid`, taken from the last command's connection when there was one
-        (one connection fewer per scrape), else asked on a connection of its own."""
-        if self.last_peer is not None:
-            return self.last_peer[0]
-        return self.peer_pid(deadline=deadline)
 
     # ------------------------------------------------------------------ internals
 

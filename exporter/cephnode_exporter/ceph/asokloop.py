@@ -80,25 +80,6 @@ Round = Generator[Ask, Any, T]
 _MAX_LATE_ASKS = 8
 
 
-def run_blocking(sock: AdminSocket, steps: Round[T], deadline: float) -> T:
-    """A round on one socket in the calling thread, with the blocking client."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            ask = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            if ask.prefix:
-                reply = sock.raw(ask.prefix, deadline=deadline, **ask.args)
-            else:
-                reply = sock.peer_pid(deadline=deadline)
-        except AsokError as exc:
-            error = exc
-
-
 class _Exchange:
     """One round and its exchange in progress: which request, on which connection, how
     much of the reply has arrived."""
@@ -160,6 +141,11 @@ class _Loop:
         self.deadline = deadline
         self.selector = selectors.DefaultSelector()
         self.waiting: list[_Exchange] = []  # connect or lock to try again at retry_at
+        self.running = 0  # rounds without a result
+
+    def finish(self, ex: _Exchange, value: Any = None, error: BaseException | None = None) -> None:
+        ex.result = QueryResult(value, error, time.monotonic() - ex.round_start)
+        self.running -= 1
 
     # ------------------------------------------------------------------ the round
 
@@ -171,10 +157,10 @@ class _Loop:
             try:
                 ask = ex.steps.throw(error) if error is not None else ex.steps.send(reply)
             except StopIteration as stop:
-                ex.result = QueryResult(value=stop.value, seconds=time.monotonic() - ex.round_start)
+                self.finish(ex, value=stop.value)
                 return
             except Exception as exc:  # every failure, even a bug, is this round's result
-                ex.result = QueryResult(error=exc, seconds=time.monotonic() - ex.round_start)
+                self.finish(ex, error=exc)
                 return
             reply, error = None, None
             ex.ask, ex.start, ex.retry_at = ask, time.monotonic(), None
@@ -182,7 +168,7 @@ class _Loop:
                 ex.late += 1
                 if ex.late > _MAX_LATE_ASKS:
                     ex.steps.close()
-                    ex.result = QueryResult(error=ex.error(AsokTimeout, "deadline passed"))
+                    self.finish(ex, error=ex.error(AsokTimeout, "deadline passed"))
                     return
                 error = ex.error(AsokTimeout, "deadline passed before the request was sent")
                 continue
@@ -349,14 +335,11 @@ class _Loop:
         self.advance(ex, error=exc)
 
     def run(self, exchanges: list[_Exchange]) -> None:
-        for ex in exchanges:
-            try:
-                self.advance(ex)
-            except BaseException:
-                ex.release()
-                raise
+        self.running = len(exchanges)
         try:
-            while True:
+            for ex in exchanges:
+                self.advance(ex)
+            while self.running:
                 now = time.monotonic()
                 if self.waiting:
                     due = [e for e in self.waiting if e.retry_at is not None and e.retry_at <= now]
@@ -365,14 +348,11 @@ class _Loop:
                         for ex in due:
                             self.retry(ex)
                         continue
-                pending = [ex for ex in exchanges if ex.result is None]
-                if not pending:
-                    return
                 if now >= self.deadline:
-                    for ex in pending:
-                        if ex in self.waiting:
-                            self.waiting.remove(ex)
-                        self.expire(ex, now)
+                    self.waiting = []
+                    for ex in exchanges:
+                        if ex.result is None:
+                            self.expire(ex, now)
                     continue
                 until = self.deadline
                 for ex in self.waiting:
@@ -385,7 +365,7 @@ class _Loop:
                     ex = key.data
                     try:
                         self.ready(ex)
-                    except Exception as exc:  # a bug stays this round's, as in the pool
+                    except Exception as exc:  # a bug stays this round's
                         self.forget(ex)
                         self.advance(ex, error=exc)
         finally:
@@ -404,9 +384,9 @@ def run_rounds(
 ) -> dict[K, QueryResult[T]]:
     """Run every ``(socket, round)`` at once in this thread; return within ``timeout``.
 
-    Rounds end a little before the timeout (as the pool's tasks do), so that a late
-    reply is reported as the exchange's own timeout. A round's result is the value it
-    returned, or the error it did not catch, and how long it took.
+    Rounds end a little before the timeout, so that a late reply is reported as the
+    exchange's own timeout. A round's result is the value it returned, or the error it
+    did not catch, and how long it took.
     """
     start = time.monotonic()
     deadline = start + timeout - min(0.05, timeout * 0.1)

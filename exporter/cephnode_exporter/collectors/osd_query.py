@@ -20,7 +20,7 @@ from typing import Any
 
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, decode_reply
-from cephnode_exporter.ceph.asokloop import PEER, Ask, Round, run_blocking
+from cephnode_exporter.ceph.asokloop import PEER, Ask, Round
 from cephnode_exporter.ceph.network import NetworkPings, parse_osd_network
 from cephnode_exporter.facts.osd import OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
@@ -162,18 +162,6 @@ def _round(
             "the socket's peer pid is 0: the OSD runs in a pid namespace the exporter cannot see"
         )
     return r
-
-
-def _query(
-    sock: AdminSocket,
-    deadline: float,
-    cache: ConfigCache,
-    interval: float,
-    network: NetworkCache | None = None,
-    network_interval: float = 0.0,
-) -> _Replies:
-    """One OSD's round in the calling thread, with the blocking client."""
-    return run_blocking(sock, _round(sock, cache, interval, network, network_interval), deadline)
 
 
 def read_osd_process(
