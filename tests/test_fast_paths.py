@@ -420,3 +420,35 @@ def test_cpuidle_cpu_cached_late_is_read_whole_again(make_tree: MakeTree) -> Non
     idle = reader.read()
     assert reader._whole_last is not None and not idle.errors and not idle.unread
     assert _plain(idle) == _plain(CPUIdleReader(_fs(tree)).read())
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [["C1", "C2", "C6"]] * 4,  # every CPU alike: the slices
+        [["C1", "C2", "C6"], ["C1", "C2"], ["C1", "C2", "C6"]],  # a state missing
+        [["C1", "C6"], ["C1", "C6", "C10"], ["C6", "C1"]],  # hybrid cores, other order
+        [["C1", "C1"], ["C1", "C1"]],  # one name twice (a driver's duplicate)
+        [],
+    ],
+)
+def test_cpuidle_grouping_by_state_equals_the_plain_loop(layout: list[list[str]]) -> None:
+    """The collector's grouping of samples by state name takes slices when every CPU
+    lists the same states; any other layout gives what a plain loop gives."""
+    from cephnode_exporter.collectors.cpuidle import _by_name
+    from cephnode_exporter.hostfs.cpuidle import CPUIdle, IdleStateInfo, IdleStateSample
+
+    idle = CPUIdle("acpi_idle", "menu")
+    for cpu, names in enumerate(layout):
+        idle.cpus[cpu] = [
+            IdleStateSample(IdleStateInfo(i, name, "", 10 * i, 20 * i), time_us=cpu, usage=i)
+            for i, name in enumerate(names)
+        ]
+    plain: dict[str, list[IdleStateSample]] = {}
+    for samples in idle.cpus.values():
+        for s in samples:
+            plain.setdefault(s.info.name, []).append(s)
+    got = _by_name(idle)
+    assert list(got) == list(plain)
+    assert all(a is b for name in plain for a, b in zip(got[name], plain[name], strict=True))
+    assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in plain.items()}

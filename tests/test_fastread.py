@@ -237,7 +237,10 @@ def test_fallback_when_the_compiled_reader_is_missing(
 # --- the other batched readers: AttrFiles.read_many and its users --------------------------
 
 
-def test_attr_files_read_many(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same", [False, True])
+def test_attr_files_read_many(tmp_path: Path, same: bool) -> None:
+    """With ``same`` the descriptors of the list are looked up once per change of the
+    table: every open, close and reopen below must still show in the next batch."""
     from cephnode_exporter.hostfs import BATCH_PAGE, AttrFiles
 
     small, page, other = tmp_path / "small", tmp_path / "page", tmp_path / "other"
@@ -247,19 +250,22 @@ def test_attr_files_read_many(tmp_path: Path) -> None:
     files = AttrFiles(16, recheck=True)
     paths = [str(small), str(page), str(other)]
     # Nothing kept yet: every entry is for the plain read, which keeps the file.
-    assert files.read_many(paths, BATCH_PAGE) == [None, None, None]
+    assert files.read_many(paths, BATCH_PAGE, same=same) == [None, None, None]
     for p in paths:
         files.read_bytes(p, 64)
     # A page-long read goes to the plain path, which bounds it and names the error.
-    assert files.read_many(paths, BATCH_PAGE) == [b"performance\n", None, b"7\n"]
-    assert files.read_many_ints(paths) == [None, None, 7]
+    assert files.read_many(paths, BATCH_PAGE, same=same) == [b"performance\n", None, b"7\n"]
+    assert files.read_many_ints(paths, same=same) == [None, None, 7]
     # recheck: a file replaced in the tree is not read through the old descriptor.
     other.unlink()
     other.write_text("8\n")
-    assert files.read_many_ints(paths)[2] is None
+    assert files.read_many_ints(paths, same=same)[2] is None
     assert files.read_int(str(other)) == 8
-    assert files.read_many_ints(paths)[2] == 8
+    assert files.read_many_ints(paths, same=same)[2] == 8
+    files.close(str(small))
+    assert files.read_many(paths, BATCH_PAGE, same=same) == [None, None, b"8\n"]
     files.close_all()
+    assert files.read_many_ints(paths, same=same) == [None, None, None]
 
 
 def _cpu_facts(fs: HostFS, files: Any) -> tuple[Any, ...]:

@@ -69,6 +69,21 @@ def test_parse_cmdline_last_wins_and_empty() -> None:
     assert parse_cmdline("   \n") == {}
 
 
+def test_read_cmdline_follows_the_file_and_hands_out_copies(tmp_path: Path) -> None:
+    """read_cmdline keeps the last parse: a changed file is parsed again, and a caller
+    changing its dict changes nobody else's."""
+    from cephnode_exporter.hostfs.cmdline import read_cmdline
+
+    (tmp_path / "cmdline").write_text("iommu=pt quiet\n")
+    fs = HostFS(procfs=str(tmp_path))
+    first = read_cmdline(fs)
+    assert first == {"iommu": "pt", "quiet": ""}
+    first["iommu"] = "changed by a caller"
+    assert read_cmdline(fs) == {"iommu": "pt", "quiet": ""}
+    (tmp_path / "cmdline").write_text("intel_iommu=on iommu=nopt\n")
+    assert read_cmdline(fs) == {"intel_iommu": "on", "iommu": "nopt"}
+
+
 # --- readers on files ---------------------------------------------------------------
 
 

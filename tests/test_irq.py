@@ -277,6 +277,42 @@ def test_irqbalance_found_by_socket_hint_and_by_scan(make_tree: MakeTree) -> Non
     assert irqbalance_running(fs, hint=1874) == (False, None)
 
 
+def test_proc_is_scanned_for_irqbalance_once_a_minute_while_it_is_not_found(
+    make_tree: MakeTree,
+) -> None:
+    """A node without irqbalance has its processes' comm read by one scrape a minute,
+    not by every scrape; irqbalance's socket is looked for on every scrape, and a
+    running irqbalance that stops is seen at once."""
+    from cephnode_exporter.cli import parse_args
+    from cephnode_exporter.collectors.base import CollectorContext
+    from cephnode_exporter.collectors.irq import IRQBALANCE_RESCAN_SECONDS, IRQCollector
+
+    tree = make_tree("epyc9454p-tuned")
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+    collector = IRQCollector(CollectorContext(fs, parse_args(["dump", *tree.flags]), None))
+    comm = tree.proc / "1874" / "comm"
+    try:
+        assert collector.read().irqbalance is True
+        comm.write_text("bash\n")  # stopped: the pid seen last says so at once
+        assert collector.read().irqbalance is False
+        comm.write_text("irqbalance\n")  # an irqbalance without a socket started
+        assert collector.read().irqbalance is False  # no scan within the minute
+        assert collector._scanned_at is not None
+        collector._scanned_at -= IRQBALANCE_RESCAN_SECONDS  # a minute later
+        assert collector.read().irqbalance is True
+        comm.write_text("bash\n")
+        assert collector.read().irqbalance is False
+        # irqbalance 1.8+ names its pid in its socket: found on the next scrape.
+        run = tree.rootfs / "run" / "irqbalance"
+        run.mkdir(parents=True, exist_ok=True)
+        (tree.proc / "4242").mkdir()
+        (tree.proc / "4242" / "comm").write_text("irqbalance\n")
+        (run / "irqbalance4242.sock").write_text("")
+        assert collector.read().irqbalance is True
+    finally:
+        collector.close()
+
+
 # ----------------------------------------------------------------------------- this machine
 
 
@@ -348,6 +384,61 @@ def test_kept_files_follow_changes_between_scrapes(make_tree: MakeTree) -> None:
         assert len(second["nvme0"].irqs) == 96 and not second["nvme0"].unread
         assert len(second["ens1f1np1"].irqs) == 96 and not second["ens1f1np1"].unread
         assert all(f"/irq/{last_port}/" not in path for path in collector._reader._files._fds)
+    finally:
+        collector.close()
+
+
+def test_an_unchanged_device_gives_its_list_of_last_scrape(make_tree: MakeTree) -> None:
+    """A device whose msi_irqs listing is unchanged and whose vectors that are not fixed
+    read as last time gives the list of the last scrape; a moved vector, a vector whose
+    facts the reader dropped, or a freed vector gives the list read afresh, equal to
+    what a new reader reads."""
+    from cephnode_exporter.cli import parse_args
+    from cephnode_exporter.collectors.base import CollectorContext
+    from cephnode_exporter.collectors.irq import IRQCollector
+
+    tree = make_tree("epyc9454p-tuned")
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+
+    def devices(c: IRQCollector) -> dict[str, list[object]]:
+        return {d.device: d.irqs for d in c.read().devices}
+
+    def fresh() -> dict[str, list[object]]:
+        other = IRQCollector(CollectorContext(fs, parse_args(["dump", *tree.flags]), None))
+        try:
+            return devices(other)
+        finally:
+            other.close()
+
+    collector = IRQCollector(CollectorContext(fs, parse_args(["dump", *tree.flags]), None))
+    try:
+        collector.read()  # the first read makes the managed vectors fixed
+        first = devices(collector)
+        second = devices(collector)
+        assert all(second[d] is first[d] for d in first)
+        assert second == fresh()
+        # The first port's first vector moved to CPU 7.
+        port = 110 + 10 * 97
+        for name in ("smp_affinity_list", "effective_affinity_list"):
+            (tree.proc / "irq" / str(port) / name).write_text("7\n")
+        third = devices(collector)
+        assert third["ens1f0np0"] is not first["ens1f0np0"]
+        assert third["ens1f0np0"][0].effective == frozenset({7})
+        assert third["nvme0"] is first["nvme0"]
+        assert third == fresh()
+        # A dropped vector's facts (as a failed read drops them) end the reuse.
+        collector._reader._forget(first["nvme1"][1].number)
+        fourth = devices(collector)
+        assert fourth["nvme1"] is not first["nvme1"] and fourth["nvme1"] == first["nvme1"]
+        # nvme0 freed its last vector: a new listing, read afresh.
+        (tree.sys / "class" / "nvme" / "nvme0" / "device" / "msi_irqs" / "206").unlink()
+        for name in os.listdir(tree.proc / "irq" / "206"):
+            path = tree.proc / "irq" / "206" / name
+            path.rmdir() if path.is_dir() else path.unlink()
+        (tree.proc / "irq" / "206").rmdir()
+        fifth = devices(collector)
+        assert len(fifth["nvme0"]) == len(first["nvme0"]) - 1
+        assert fifth == fresh()
     finally:
         collector.close()
 

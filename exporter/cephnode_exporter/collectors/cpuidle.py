@@ -9,7 +9,9 @@ keeps a ``cpu`` label instead.
 from __future__ import annotations
 
 import argparse
+import operator
 from collections.abc import Iterable
+from itertools import chain
 from operator import attrgetter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -159,24 +161,14 @@ class CPUIdleCollector(Collector):
             for attr, suffix, doc, scale in _COUNTERS
         ]
 
-        # state name -> static attributes, in state-index order
-        seen: dict[str, IdleStateSample] = {}
-        max_latency: dict[str, int] = {}
-        # state name -> its samples over the CPUs, in CPU order
-        by_name: dict[str, list[IdleStateSample]] = {}
-        for samples in idle.cpus.values():
-            for s in samples:
-                name = s.info.name
-                group = by_name.get(name)
-                if group is None:
-                    seen[name] = s
-                    group = by_name[name] = []
-                group.append(s)
-                max_latency[name] = max(max_latency.get(name, 0), s.info.exit_latency_us)
-        for name, s in seen.items():
-            info.add_metric([name, s.info.desc], 1.0)
-            latency.add_metric([name], max_latency[name] / US_PER_S)
-            residency.add_metric([name], s.info.target_residency_us / US_PER_S)
+        # state name -> its samples over the CPUs, in CPU order (first seen first)
+        by_name = _by_name(idle)
+        for name, states in by_name.items():
+            first = states[0].info
+            info.add_metric([name, first.desc], 1.0)
+            latencies = list(map(_LATENCY, states))
+            latency.add_metric([name], max(latencies) / US_PER_S)
+            residency.add_metric([name], first.target_residency_us / US_PER_S)
 
         if per_cpu:
             for cpu, samples in sorted(idle.cpus.items()):
@@ -191,20 +183,22 @@ class CPUIdleCollector(Collector):
                     if s.usage is not None:
                         wakeup.add_metric(labels, s.usage * s.info.exit_latency_us / US_PER_S)
         else:
-            for name in seen:
-                states = by_name[name]
-                flags = [s.disabled for s in states]
+            for name, states in by_name.items():
+                flags = list(map(_DISABLED, states))
                 if None not in flags:
-                    enabled.add_metric([name], float(sum(1 for d in flags if not d)))
+                    enabled.add_metric([name], float(flags.count(False)))
+                usages: list[int | None] = []
                 for attr, scale, family in counters:
                     values = list(map(attrgetter(attr), states))
+                    if attr == "usage":
+                        usages = values
                     # A partial sum would look like a counter reset; skip the series instead
                     # (the skipped file is counted in cephnode_scrape_collector_read_errors).
                     if None not in values:
                         family.add_metric([name], sum(values) / scale)
-                usages = [(s.usage, s.info.exit_latency_us) for s in states if s.usage is not None]
-                if len(usages) == len(states):
-                    wakeup.add_metric([name], sum(u * lat for u, lat in usages) / US_PER_S)
+                if None not in usages:
+                    spent = sum(map(operator.mul, usages, map(_LATENCY, states)))
+                    wakeup.add_metric([name], spent / US_PER_S)
         yield info
         yield latency
         yield residency
@@ -212,6 +206,31 @@ class CPUIdleCollector(Collector):
         for _, _, family in counters:
             yield family
         yield wakeup
+
+
+_LATENCY = attrgetter("info.exit_latency_us")
+_DISABLED = attrgetter("disabled")
+_NAME = attrgetter("info.name")
+
+
+def _by_name(idle: CPUIdle) -> dict[str, list[IdleStateSample]]:
+    """The samples of each state name over the CPUs, in CPU order, names in the order
+    first seen. On the usual node every CPU lists the same states in the same order:
+    then each state's samples are one slice of all of them, taken without a Python
+    step per sample (288 samples a scrape on 96 CPUs with three states)."""
+    flat = list(chain.from_iterable(idle.cpus.values()))
+    names = list(map(_NAME, flat))
+    first = next(iter(idle.cpus.values()), [])
+    width = len(first)
+    if width and len(set(names[:width])) == width and names == names[:width] * len(idle.cpus):
+        return {names[i]: flat[i::width] for i in range(width)}
+    out: dict[str, list[IdleStateSample]] = {}
+    for name, s in zip(names, flat, strict=True):
+        group = out.get(name)
+        if group is None:
+            group = out[name] = []
+        group.append(s)
+    return out
 
 
 def _gauge(suffix: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:

@@ -11,6 +11,7 @@ the node exports. The check ``irq.affinity`` judges the same facts.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,6 +38,11 @@ from cephnode_exporter.hostfs.irq import (
 
 # NVMe controllers plus network ports: the nvme and net collectors' caps (256 each).
 DEFAULT_MAX_DEVICES = 512
+# Seconds between two scans of every process's comm while irqbalance is not found: a
+# node that runs without it (interrupts pinned by hand, as many tuned nodes do) has
+# hundreds of processes, whose comm files would be read on every scrape. Its socket
+# (irqbalance 1.8+) and the pid seen last are looked for on every scrape.
+IRQBALANCE_RESCAN_SECONDS = 60.0
 
 
 @register
@@ -54,6 +60,7 @@ class IRQCollector(Collector):
             int(ctx.options.collector_irq_max_devices),
         )
         self._irqbalance_pid: int | None = None
+        self._scanned_at: float | None = None  # the last /proc scan that found none
         self._reader = IRQReader(ctx.fs)
 
     def close(self) -> None:
@@ -87,9 +94,15 @@ class IRQCollector(Collector):
                 facts.errors.items.append(dev.numa_error)
             facts.devices.append(dev)
         self._reader.done(seen)
+        now = time.monotonic()
+        scan = self._scanned_at is None or now - self._scanned_at >= IRQBALANCE_RESCAN_SECONDS
         try:
-            running, self._irqbalance_pid = irqbalance_running(fs, self._irqbalance_pid)
+            running, self._irqbalance_pid = irqbalance_running(fs, self._irqbalance_pid, scan)
             facts.irqbalance = running
+            if running:
+                self._scanned_at = None
+            elif scan:
+                self._scanned_at = now
         except OSError as exc:
             facts.errors.add(exc)
         return facts

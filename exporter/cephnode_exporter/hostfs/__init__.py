@@ -157,13 +157,29 @@ class HostFS:
     shared: SharedReads = field(default_factory=SharedReads, compare=False, hash=False, repr=False)
 
     def sys(self, *parts: str) -> str:
-        return os.path.join(self.sysfs, *parts)
+        return _joined(self.sysfs, parts)
 
     def proc(self, *parts: str) -> str:
-        return os.path.join(self.procfs, *parts)
+        return _joined(self.procfs, parts)
 
     def root(self, *parts: str) -> str:
-        return os.path.join(self.rootfs, *parts)
+        return _joined(self.rootfs, parts)
+
+
+# HostFS paths by mount point and parts: the collectors ask for the same few dozen on
+# every scrape. Emptied past the bound (a path per process or device churns it).
+_JOINED: dict[tuple[str, tuple[str, ...]], str] = {}
+_JOINED_MAX = 4096
+
+
+def _joined(base: str, parts: tuple[str, ...]) -> str:
+    key = (base, parts)
+    path = _JOINED.get(key)
+    if path is None:
+        if len(_JOINED) >= _JOINED_MAX:
+            _JOINED.clear()
+        path = _JOINED[key] = os.path.join(base, *parts)
+    return path
 
 
 def read_bytes(path: str, *, char_device: bool = False) -> bytes:
@@ -242,6 +258,10 @@ class AttrFiles:
         self._budget = budget
         self._recheck = recheck
         self._lock = threading.Lock()
+        # Bumped on every change to ``_fds``; the descriptor lists of the path lists
+        # passed with ``same`` (read_many), by the list's id, with the version then.
+        self._version = 0
+        self._lists: dict[int, tuple[Sequence[str], int, list[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -266,6 +286,7 @@ class AttrFiles:
             fd = open_regular(path)
             with self._lock:
                 self._fds[path] = fd
+                self._version += 1
         try:
             return os.pread(fd, size, 0)
         except OSError as exc:
@@ -299,27 +320,45 @@ class AttrFiles:
         which the caller must track."""
         return self._fds.get(path)
 
-    def read_many(self, paths: Sequence[str], size: int = 64) -> list[bytes | None]:
+    def read_many(
+        self, paths: Sequence[str], size: int = 64, *, same: bool = False
+    ) -> list[bytes | None]:
         """The kept files of ``paths``, up to ``size`` bytes each (at most a page), in one
         batched call (batch.py); None for a path with no kept descriptor, a failed read,
         or a page-long one, and with ``recheck`` for a file unlinked since it was opened.
         The caller reads those with :meth:`read_bytes` / :meth:`read_text`, which open
-        them (kept for the next batch) and name the error."""
-        get = self._fds.get
-        out = pread_bytes([get(p, -1) for p in paths], size, self._recheck)
+        them (kept for the next batch) and name the error. With ``same`` the caller
+        passes this very list again on later scrapes, unchanged (cpu_paths): its
+        descriptors are looked up once while the table of kept files is unchanged."""
+        out = pread_bytes(self._descriptors(paths, same), size, self._recheck)
         if size >= BATCH_PAGE:
             return [None if b is None or len(b) >= BATCH_PAGE else b for b in out]
         return out
 
-    def read_many_ints(self, paths: Sequence[str]) -> list[int | None]:
+    def read_many_ints(self, paths: Sequence[str], *, same: bool = False) -> list[int | None]:
         """:meth:`read_many` of decimal integers (64 bytes each, as :meth:`read_int`);
         None also where the text is no plain integer."""
+        return pread_ints(self._descriptors(paths, same), 64, self._recheck)
+
+    def _descriptors(self, paths: Sequence[str], same: bool) -> list[int]:
+        """The kept descriptor of each path, -1 for none."""
+        if same:
+            hit = self._lists.get(id(paths))
+            if hit is not None and hit[0] is paths and hit[1] == self._version:
+                return hit[2]
+        version = self._version  # before the lookups: a change meanwhile voids them
         get = self._fds.get
-        return pread_ints([get(p, -1) for p in paths], 64, self._recheck)
+        fds = [get(p, -1) for p in paths]
+        if same:
+            if len(self._lists) >= _LISTS_MAX:
+                self._lists = {}
+            self._lists[id(paths)] = (paths, version, fds)
+        return fds
 
     def close(self, path: str) -> None:
         with self._lock:
             fd = self._fds.pop(path, None)
+            self._version += 1
         if fd is not None:
             os.close(fd)
 
@@ -333,6 +372,8 @@ class AttrFiles:
     def close_all(self) -> None:
         with self._lock:
             fds, self._fds = list(self._fds.values()), {}
+            self._version += 1
+            self._lists = {}
         for fd in fds:
             os.close(fd)
 
@@ -340,6 +381,10 @@ class AttrFiles:
         with contextlib.suppress(OSError):
             self.close_all()
 
+
+# Path lists whose descriptors one AttrFiles keeps (read_many's ``same``): a few per
+# collector; more means a caller builds its list anew each time.
+_LISTS_MAX = 32
 
 # The largest batched read: a sysfs attribute is at most a page (fs/sysfs/file.c
 # sysfs_kf_seq_show); a read that fills it goes to the plain path, which bounds it.

@@ -34,6 +34,17 @@ def parse_cmdline(text: str) -> dict[str, str]:
     return params
 
 
+# The last command line parsed and its parameters: it is fixed from boot, and three
+# collectors parse it on every scrape (a loop per character).
+_LAST: tuple[str, dict[str, str]] = ("", {})
+
+
 def read_cmdline(fs: HostFS) -> dict[str, str]:
+    """``/proc/cmdline``'s parameters, a dict of the caller's own."""
+    global _LAST
     # Read by three collectors: one read per scrape (HostFS.shared).
-    return parse_cmdline(fs.shared.text(fs.proc("cmdline")))
+    text = fs.shared.text(fs.proc("cmdline"))
+    last = _LAST
+    if last[0] != text or not text:
+        last = _LAST = (text, parse_cmdline(text))
+    return dict(last[1])

@@ -81,3 +81,21 @@ def cpu_dir(fs: HostFS, cpu: int, *parts: str) -> str:
             _CPU_DIRS.clear()
         path = _CPU_DIRS[key] = fs.sys(*CPU_DIR, f"cpu{cpu}", *parts)
     return path
+
+
+# cpu_paths' lists, by tree, online CPUs and attribute. Emptied past the bound.
+_CPU_PATHS: dict[tuple[str, tuple[int, ...], tuple[str, ...]], list[str]] = {}
+_CPU_PATHS_MAX = 256
+
+
+def cpu_paths(fs: HostFS, cpus: list[int], *parts: str) -> list[str]:
+    """:func:`cpu_dir` of each of ``cpus``: the same list object while the online CPUs
+    are the same, so that AttrFiles.read_many finds its descriptors without a lookup
+    per path. The caller must not change it."""
+    key = (fs.sysfs, tuple(cpus), parts)
+    paths = _CPU_PATHS.get(key)
+    if paths is None:
+        if len(_CPU_PATHS) >= _CPU_PATHS_MAX:
+            _CPU_PATHS.clear()
+        paths = _CPU_PATHS[key] = [cpu_dir(fs, cpu, *parts) for cpu in cpus]
+    return paths

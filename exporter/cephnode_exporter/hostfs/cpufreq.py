@@ -23,7 +23,7 @@ from cephnode_exporter.hostfs import (
     read_optional_text,
     read_text,
 )
-from cephnode_exporter.hostfs.cpu import CPU_DIR, cpu_dir, online_cpus
+from cephnode_exporter.hostfs.cpu import CPU_DIR, cpu_paths, online_cpus
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,18 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
     result.online_cpus = len(cpus)
     driver: str | None = None
     has_epp = True
-    bases = [cpu_dir(fs, cpu, "cpufreq") for cpu in cpus]
+    bases = cpu_paths(fs, cpus, "cpufreq")
     # The kept files in two batched reads (AttrFiles.read_many); a file they could not
     # read, or that reads empty, is read below the plain way, which names the error.
     nothing: list[bytes | None] = [None] * len(bases)
     governors, epps = nothing, nothing
     if files is not None:
-        governors = files.read_many([f"{b}/scaling_governor" for b in bases], BATCH_PAGE)
-        epps = files.read_many([f"{b}/energy_performance_preference" for b in bases], BATCH_PAGE)
+        governors = files.read_many(
+            cpu_paths(fs, cpus, "cpufreq", "scaling_governor"), BATCH_PAGE, same=True
+        )
+        epps = files.read_many(
+            cpu_paths(fs, cpus, "cpufreq", "energy_performance_preference"), BATCH_PAGE, same=True
+        )
     for i, cpu in enumerate(cpus):
         base = bases[i]
         try:

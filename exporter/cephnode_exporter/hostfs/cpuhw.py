@@ -39,7 +39,7 @@ from cephnode_exporter.hostfs import (
     read_int,
     read_text,
 )
-from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
+from cephnode_exporter.hostfs.cpu import cpu_dir, cpu_paths, online_cpus
 
 # The attribute per source, best first.
 FREQ_SOURCES = ("cpuinfo_avg_freq", "scaling_cur_freq")
@@ -101,10 +101,10 @@ def read_frequencies(
     if source is None:
         return None
     out = Frequencies(source)
-    paths = [cpu_dir(fs, cpu, "cpufreq", source) for cpu in cpus]
+    paths = cpu_paths(fs, cpus, "cpufreq", source)
     # One batched read of the kept files; a file it could not read or parse is read
     # below the plain way, which names the error.
-    batched = files.read_many_ints(paths) if files is not None else [None] * len(paths)
+    batched = files.read_many_ints(paths, same=True) if files is not None else [None] * len(paths)
     for path, khz in zip(paths, batched, strict=True):
         if khz is not None and 0 < khz <= MAX_KHZ:
             out.hertz.append(khz * 1000.0)

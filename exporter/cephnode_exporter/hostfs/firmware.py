@@ -36,7 +36,7 @@ from cephnode_exporter.hostfs import (
     read_optional_text,
     read_text,
 )
-from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
+from cephnode_exporter.hostfs.cpu import cpu_paths, online_cpus
 
 DMI_DIR = ("class", "dmi", "id")
 # The world-readable DMI attributes exported (dmi-id.c: DEFINE_DMI_ATTR_WITH_SHOW(.., 0444, ..)).
@@ -113,12 +113,12 @@ def read_microcode(
         errors.add(exc)
         cpus = []
     revisions: set[str] = set()
-    paths = [cpu_dir(fs, cpu, "microcode", "version") for cpu in cpus]
+    paths = cpu_paths(fs, cpus, "microcode", "version")
     if files is not None and paths:
         # One batched read of the kept files: when every one reads, the distinct texts
         # (one revision on a healthy node) are parsed once; otherwise, or when one does
         # not parse, the loop below reads file by file and names the error.
-        batched = files.read_many(paths)
+        batched = files.read_many(paths, same=True)
         texts = {t for t in batched if t is not None}
         if None not in batched:
             try:

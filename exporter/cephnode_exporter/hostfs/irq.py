@@ -37,6 +37,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cephnode_exporter.hostfs import (
     BATCH_PAGE,
@@ -166,10 +167,15 @@ class IRQReader:
         self._last: dict[int, tuple[bytes, IRQ]] = {}
         self._effective: dict[int, str] = {}
         self._seen: frozenset[int] = frozenset()
+        # Bumped whenever a vector's cached facts are dropped: a device's list of fixed
+        # vectors (``devices``) is only taken again while it is unchanged.
+        self.generation = 0
         self._root = fs.proc("irq")
         # Per PCI directory: the msi_irqs listing of the last scrape and its vectors,
         # so an unchanged listing is not sorted and matched again (1,100 names here).
-        self.vectors: dict[str, tuple[list[str], list[int]]] = {}
+        self.vectors: dict[str, tuple[list[str], tuple[int, ...]]] = {}
+        # Per PCI directory: what read_device built for it at the last scrape.
+        self.devices: dict[str, _Device] = {}
         # Per class device link: the two symlinks behind it and the PCI function they
         # led to (see pci_devices).
         self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] = {}
@@ -182,7 +188,8 @@ class IRQReader:
         self._files.close_all()
         self._managed, self._allowed, self._fixed, self._seen = {}, {}, {}, frozenset()
         self._last, self._effective = {}, {}
-        self.vectors, self.links = {}, {}
+        self.vectors, self.links, self.devices = {}, {}, {}
+        self.generation += 1
 
     def _read(self, path: str) -> str:
         try:
@@ -287,6 +294,7 @@ class IRQReader:
         return self._fixed
 
     def _forget(self, number: int) -> None:
+        self.generation += 1
         self._last.pop(number, None)
         self._effective.pop(number, None)
         self._fixed.pop(number, None)
@@ -304,14 +312,17 @@ class IRQReader:
             self._forget(number)
         keep = {path for n in current for path in self._paths(n)}
         self._files.close_under(self._root + os.sep, keep)
+        # A device removed or given other vectors: its listing is not kept for good.
+        self.vectors = {d: v for d, v in self.vectors.items() if current.issuperset(v[1])}
+        self.devices = {d: v for d, v in self.devices.items() if current.issuperset(v.vectors)}
 
 
 def device_vectors(
-    pci_dir: str, cache: dict[str, tuple[list[str], list[int]]] | None = None
-) -> list[int]:
+    pci_dir: str, cache: dict[str, tuple[list[str], tuple[int, ...]]] | None = None
+) -> tuple[int, ...]:
     """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line.
     With ``cache`` (IRQReader.vectors) a listing equal to the last one gives the same
-    vectors without sorting and matching its names again."""
+    tuple, the very object, without sorting and matching its names again."""
     names = list_dir(os.path.join(pci_dir, "msi_irqs"))
     if len(names) > MAX_VECTORS:
         raise ParseError(pci_dir, f"{len(names)} MSI vectors, more than {MAX_VECTORS}")
@@ -319,18 +330,18 @@ def device_vectors(
     if hit is not None and hit[0] == names:
         vectors = hit[1]
     else:
-        vectors = sorted(int(n) for n in names if _IRQ_RE.fullmatch(n))
+        vectors = tuple(sorted(int(n) for n in names if _IRQ_RE.fullmatch(n)))
         if cache is not None and vectors:
             cache[pci_dir] = (names, vectors)
     if vectors:
-        return list(vectors)
+        return vectors
     try:
         line = int(read_text(os.path.join(pci_dir, "irq")))
     except FileNotFoundError:
-        return []
+        return ()
     except ValueError:
         raise ParseError(os.path.join(pci_dir, "irq"), "not an integer") from None
-    return [line] if line > 0 else []
+    return (line,) if line > 0 else ()
 
 
 def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
@@ -414,6 +425,19 @@ def read_device(
         dev.unread[-1] = unreadable_reason(exc)
         return dev
     seen.update(vectors)
+    memo = reader.devices.get(pci_dir)
+    if memo is not None and memo.vectors is vectors and memo.generation == reader.generation:
+        # The same listing and nothing forgotten since: the fixed vectors are as they
+        # were, and only the others (an NVMe admin queue, a port's queues) are read.
+        irqs = memo.irqs
+        loose = memo.loose
+        if not loose:
+            dev.irqs = irqs
+            return dev
+        fetched = reader.prefetch(memo.numbers)
+        if all(fetched.get(irqs[i].number) is irqs[i] for i in loose):
+            dev.irqs = irqs  # each read as last time (prefetch gave the same object)
+            return dev
     fixed = reader.fixed
     # Most vectors are fixed (IRQReader.read: nothing of them can change); the others
     # are read in one batch, and what the batch leaves out one by one.
@@ -433,7 +457,26 @@ def read_device(
                     continue
             got[i] = irq
     dev.irqs = [irq for irq in got if irq is not None]
+    if dev.unread or len(dev.irqs) != len(vectors):
+        # A vector without a handler may get one, a failed one is read again: each
+        # scrape reads them.
+        reader.devices.pop(pci_dir, None)
+    else:
+        loose = tuple(i for i, irq in enumerate(dev.irqs) if irq.number not in fixed)
+        reader.devices[pci_dir] = _Device(
+            vectors, reader.generation, dev.irqs, loose, [dev.irqs[i].number for i in loose]
+        )
     return dev
+
+
+class _Device(NamedTuple):
+    """What read_device built for a device at the last scrape (IRQReader.devices)."""
+
+    vectors: tuple[int, ...]  # the object device_vectors gave
+    generation: int  # IRQReader.generation then
+    irqs: list[IRQ]
+    loose: tuple[int, ...]  # places in ``irqs`` of the vectors not fixed
+    numbers: list[int]  # their IRQ numbers, for prefetch
 
 
 def remote_irqs(dev: DeviceIRQs, node_cpus: dict[int, frozenset[int]] | None) -> int | None:
@@ -469,13 +512,16 @@ _SERVING: dict[str, tuple[list[IRQ], frozenset[int]]] = {}
 _SERVING_MAX = 4096
 
 
-def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int | None]:
+def irqbalance_running(
+    fs: HostFS, hint: int | None = None, scan: bool = True
+) -> tuple[bool, int | None]:
     """Whether a process named irqbalance runs, and its pid.
 
     Tries ``hint`` (the pid found last time) first, then the pid in irqbalance's socket
-    name under ``/run/irqbalance``, then every process's ``comm``
+    name under ``/run/irqbalance``, then, with ``scan``, every process's ``comm``
     (Documentation/filesystems/proc.rst): one read when nothing changed, a scan of
-    /proc only when irqbalance is not running or was restarted.
+    /proc only when irqbalance is not running or was restarted. Without ``scan`` a
+    process found neither way counts as not running.
     Raises OSError when /proc cannot be listed.
     """
     candidates: list[int] = [hint] if hint is not None else []
@@ -486,6 +532,8 @@ def irqbalance_running(fs: HostFS, hint: int | None = None) -> tuple[bool, int |
     for pid in candidates:
         if _comm_is(fs, pid):
             return True, pid
+    if not scan:
+        return False, None
     for entry in os.listdir(fs.procfs):
         if entry.isdigit() and int(entry) not in candidates and _comm_is(fs, int(entry)):
             return True, int(entry)
