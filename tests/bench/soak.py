@@ -6,27 +6,34 @@ scrapes back to back (no auth by default) must not grow it. This starts the real
 exporter as ``make bench`` does (the reference node's tree, ten admin sockets replaying
 the recorded BlueStore OSD: tests/bench/bench.py, tests/bench/osd_replay.py), then:
 
-1. one client scrapes ``/metrics`` back to back, 10,000 times by default: about 300 s on
-   a 2-core machine, the default latency window, so the windows are full by its end;
+1. one client scrapes ``/metrics`` back to back: first until the exporter's state that
+   fills over time is full (``--warmup-seconds``, by default the OSD latency window of
+   300 s plus a minute: the windows keep a read per 10 s of it, the config cache asks
+   once a minute) and at least ``--checkpoint`` scrapes were made, which is the
+   checkpoint; then ``--scrapes`` more, 9,000 by default;
 2. ten clients scrape in parallel, in rounds (3 rounds of 10 x 100 by default).
+
+A checkpoint counted in scrapes alone came before the windows were full once a scrape
+took 25 ms instead of 75: the windows' filling then showed as growth.
 
 It samples the process's VmRSS, VmHWM (peak) and Threads from ``/proc/<pid>/status``
 and its open descriptors from ``/proc/<pid>/fd`` (proc(5)), prints them, and exits 1
 unless every pass criterion holds:
 
-- one client: RSS grew less than ``--max-growth-mb`` from scrape 1,000 to its last;
+- one client: RSS grew less than ``--max-growth-mb`` from the checkpoint to its last;
 - ten clients: RSS grew less than that from their first round's end to the last's.
   Their first round raises RSS once: each connection thread allocates in a glibc
   malloc arena of its own (up to 8 per CPU, malloc(3) M_ARENA_MAX), which keeps freed
   memory; the exporter runs with ``MALLOC_ARENA_MAX=1``, as deploy/cephnode-exporter.service
   sets it, which keeps that rise small;
-- overall: RSS grew less than ``--max-growth-mb`` from scrape 1,000 to the end;
+- overall: RSS grew less than ``--max-growth-mb`` from the checkpoint to the end;
 - RSS under ``--max-rss-mb`` at every sample;
-- descriptors and threads at the end equal those at scrape 1,000;
+- descriptors and threads at the end equal those at the checkpoint;
 - every scrape answered 200 with every OSD read.
 
     python tests/bench/soak.py               # what make soak runs
-    python tests/bench/soak.py --scrapes 2000 --parallel-scrapes 20   # a quick look
+    python tests/bench/soak.py --warmup-seconds 0 --scrapes 2000 --parallel-scrapes 20
+                                             # a quick look, windows not yet full
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from cephnode_exporter.facts.osd import DEFAULT_LATENCY_WINDOW  # noqa: E402
 
 from tests.bench.bench import ReplayedOSDs, free_port, wait_ready  # noqa: E402
 from tests.fixtures.sysfsgen import build_tree, load_node  # noqa: E402
@@ -146,8 +155,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scrapes", type=int, default=10_000, help="one client's scrapes")
-    parser.add_argument("--checkpoint", type=int, default=1_000, help="where growth starts")
+    parser.add_argument(
+        "--scrapes", type=int, default=9_000, help="one client's scrapes after the checkpoint"
+    )
+    parser.add_argument(
+        "--checkpoint", type=int, default=1_000, help="the least scrapes before the checkpoint"
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=DEFAULT_LATENCY_WINDOW + 60,
+        help="the least time before the checkpoint (default: the latency window + 60 s)",
+    )
     parser.add_argument("--every", type=int, default=1_000, help="a sample every N scrapes")
     parser.add_argument("--clients", type=int, default=10, help="parallel clients")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of parallel clients")
@@ -157,8 +176,8 @@ def main() -> int:
     parser.add_argument("--max-growth-mb", type=float, default=2.0)
     parser.add_argument("--max-rss-mb", type=float, default=60.0)
     args = parser.parse_args()
-    if not 0 < args.checkpoint <= args.scrapes or args.rounds < 1:
-        parser.error("need 0 < --checkpoint <= --scrapes and --rounds >= 1")
+    if args.checkpoint < 1 or args.scrapes < 1 or args.rounds < 1 or args.warmup_seconds < 0:
+        parser.error("need --checkpoint, --scrapes, --rounds >= 1 and --warmup-seconds >= 0")
 
     tmp = Path(tempfile.mkdtemp(prefix="cephnode-soak-"))
     log = tmp / "exporter.log"
@@ -191,11 +210,17 @@ def main() -> int:
             return s
 
         print("| phase | scrapes | seconds | RSS MB | peak MB | threads | fds |", file=sys.stderr)
-        for n in range(1, args.scrapes + 1):
+        n = 0
+        while n < args.checkpoint or time.monotonic() - start < args.warmup_seconds:
             scraper.once()
-            if n == args.checkpoint or n % args.every == 0 or n == args.scrapes:
+            n += 1
+            if n % args.every == 0:
+                record("one client, warming up")
+        checkpoint = record("one client, checkpoint")
+        for i in range(1, args.scrapes + 1):
+            scraper.once()
+            if i % args.every == 0 or i == args.scrapes:
                 record("one client")
-        checkpoint = next(s for _, s in rows if s.scrapes == args.checkpoint)
         one_end = rows[-1][1]
         for _ in range(args.rounds):
             scraper.clients(args.clients, args.parallel_scrapes)
@@ -256,7 +281,8 @@ def main() -> int:
     ]
     print(
         f"Soak of {time.strftime('%Y-%m-%d')}: {args.osds} replayed BlueStore OSDs, node "
-        f"{args.node}; {args.scrapes} scrapes by one client, then {args.rounds} rounds of "
+        f"{args.node}; one client scraping {checkpoint.seconds:.0f} s ({checkpoint.scrapes} "
+        f"scrapes) to the checkpoint, then {args.scrapes} more, then {args.rounds} rounds of "
         f"{args.clients} clients x {args.parallel_scrapes}; "
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, kernel {platform.release()}\n"
