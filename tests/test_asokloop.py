@@ -383,3 +383,24 @@ def test_no_descriptor_left_fails_only_that_round(
     assert results["b"].value == b"{}"
     monkeypatch.setattr(asokloop.socket, "socket", real)
     assert run_rounds({"a": (a, one("version"))}, timeout=1.0)["a"].value == b"{}"
+
+
+def test_only_a_rounds_first_result_counts() -> None:
+    """A second result for a round (an event for a round already over, or an error
+    thrown into its closed generator) neither replaces the first nor counts again: the
+    loop ends when every round has one, not before or never."""
+    from cephnode_exporter.ceph.asokloop import _Exchange, _Loop
+
+    def done() -> Round[int]:
+        return 7
+        yield Ask("version")  # a generator that ends at once
+
+    loop = _Loop(time.monotonic() + 5)
+    exchanges = [_Exchange(k, asok.AdminSocket(f"/nonexistent/{k}"), done(), 0.0) for k in "ab"]
+    loop.running = 2
+    loop.finish(exchanges[0], value=1)
+    loop.finish(exchanges[0], error=RuntimeError("late"))
+    assert loop.running == 1
+    assert exchanges[0].result is not None and exchanges[0].result.value == 1
+    assert exchanges[0].result.error is None
+    loop.selector.close()

@@ -144,6 +144,11 @@ class _Loop:
         self.running = 0  # rounds without a result
 
     def finish(self, ex: _Exchange, value: Any = None, error: BaseException | None = None) -> None:
+        """The round's result; only its first counts, so that ``running`` stays the
+        number of rounds without one (an event for a round already over, or an error
+        thrown into its closed generator, must not end the loop early or keep it)."""
+        if ex.result is not None:
+            return
         ex.result = QueryResult(value, error, time.monotonic() - ex.round_start)
         self.running -= 1
 

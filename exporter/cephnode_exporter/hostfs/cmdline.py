@@ -45,6 +45,6 @@ def read_cmdline(fs: HostFS) -> dict[str, str]:
     # Read by three collectors: one read per scrape (HostFS.shared).
     text = fs.shared.text(fs.proc("cmdline"))
     last = _LAST
-    if last[0] != text or not text:
+    if last[0] != text:
         last = _LAST = (text, parse_cmdline(text))
     return dict(last[1])
