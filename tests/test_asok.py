@@ -404,6 +404,18 @@ def test_one_request_at_a_time_per_socket(serve: Callable[..., FakeServer]) -> N
     assert busy[1] == 1
 
 
+def test_the_per_socket_locks_do_not_outlive_their_exchanges(short_dir: Path) -> None:
+    """A socket directory whose OSD names churn (a test rig, a host of short-lived
+    daemons) must not grow the per-path lock table: 2,000 paths asked once each leave
+    none behind, through the blocking client and the many-sockets loop alike."""
+    paths = [str(short_dir / f"ceph-osd.{i}.asok") for i in range(2000)]
+    for path in paths[:1000]:
+        with pytest.raises(asok.AsokError):
+            AdminSocket(path, timeout=1).command("version")
+    query_all({p: AdminSocket(p, timeout=1) for p in paths[1000:]}, "version", 5)
+    assert not any(p in asok._locks for p in paths)
+
+
 def test_a_request_queued_behind_a_hung_one_keeps_its_own_deadline(
     serve: Callable[..., FakeServer],
 ) -> None:

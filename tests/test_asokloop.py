@@ -404,3 +404,23 @@ def test_only_a_rounds_first_result_counts() -> None:
     assert exchanges[0].result is not None and exchanges[0].result.value == 1
     assert exchanges[0].result.error is None
     loop.selector.close()
+
+
+def test_the_runs_replies_together_are_bounded(peer: Callable[..., FakeServer]) -> None:
+    """Each command's cap bounds one reply; ``max_bytes`` bounds what every round of a
+    run receives together (the rounds hold their replies until parsed): three OSDs
+    answering 300 KB each against 700 KB leave the third refused at its announced
+    length, reason too_large, while the first two and a small reply after them pass."""
+    big = json.dumps({"x": "y" * 300_000}).encode()
+    rounds = {}
+    for i in range(3):
+        sock = AdminSocket(peer(answer(big)).path)
+        rounds[i] = (sock, one("perf dump"))
+    results = run_rounds(rounds, timeout=2.0, max_bytes=700_000)
+    refused = [r for r in results.values() if not r.ok]
+    assert len(refused) == 1 and sum(r.ok for r in results.values()) == 2
+    (error,) = [r.error for r in refused]
+    assert isinstance(error, AsokReplyTooLarge) and error.reason == "too_large"
+    assert "past what this scrape's replies may hold together" in str(error)
+    small = AdminSocket(peer(answer(b"{}")).path)
+    assert run_rounds({"s": (small, one("version"))}, 2.0, max_bytes=700_000)["s"].ok

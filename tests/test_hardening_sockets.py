@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cephnode_exporter.ceph import asok
+from cephnode_exporter.ceph import asok, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokReplyTooLarge, json_items
 from cephnode_exporter.ceph.discovery import (
     Answer,
@@ -46,12 +46,12 @@ from cephnode_exporter.collection import Collection
 from cephnode_exporter.collectors.base import ItemLimit, natural_key
 
 from tests.conftest import REPO, MakeTree, Tree, collect, samples, value
-from tests.test_asok import FakeServer, reply
+from tests.test_asok import FakeServer, hang, reply
 from tests.test_net import only_net, port
 from tests.test_net import small as small_net
 from tests.test_nvme import NVME0, NVME0_PCI, ONLY_NVME
 from tests.test_nvme import small as small_nvme
-from tests.test_osd import ONLY_OSD, RecordedOSD, recorded_osd
+from tests.test_osd import ONLY_OSD, RecordedOSD, payload, recorded_osd
 
 FIXTURES = REPO / "tests" / "fixtures" / "ceph"
 FSID_A = "2fa54258-9a6e-40c6-9c75-7f2a8c8a3440"
@@ -326,6 +326,36 @@ def test_a_million_keys_under_16_mib_do_not_blow_up_memory(
     assert 'cephnode_scrape_collector_success{collector="osd"} 1.0' in out
     (line,) = [x for x in err.splitlines() if "OSD admin socket query failed" in x]
     assert "reason=too_large" in line and "cap for this command is 262144" in line
+
+
+def test_replies_near_their_caps_from_many_osds_stay_within_the_units_memory(
+    node_trees: dict[str, Tree], sock_dir: Path, servers: list[FakeServer]
+) -> None:
+    """Twelve OSDs answer dump_osd_network with 1.9 MB of 100,000 entries that are no
+    heartbeat entries (33 MB once decoded), within its byte and item caps, beside a good
+    OSD. The decoded reply is dropped as soon as the round has parsed it, the parse error
+    keeps no frame holding it, and the run's replies are bounded together: the peak RSS
+    stays under RSS_LIMIT. Before, each decoded reply was kept until every round ended:
+    383 MiB for ten such OSDs, 857 MiB for thirty, past the unit's MemoryMax=256M."""
+    entries = b",".join(b'{"a%d":%d.5}' % (i, i) for i in range(99_990))
+    network = b'{"threshold":0,"entries":[' + entries + b"]}"
+    spec = asok.ALLOWED_COMMANDS["dump_osd_network"]
+    assert len(network) < spec.max_bytes and json_items(network) < spec.max_items
+    listen(servers, sock_dir / "ceph-osd.0.asok", recorded_osd("memstore"))
+    for i in range(1, 13):
+        listen(
+            servers,
+            sock_dir / f"ceph-osd.{i}.asok",
+            recorded_osd("memstore", {"dump_osd_network": network}),
+        )
+    code, out, err, rss = run_measured(
+        ["dump", *osd_flags(node_trees["epyc9454p-tuned"], sock_dir), "--collector.osd.timeout=4"]
+    )
+    assert code == 0, err
+    assert rss < RSS_LIMIT, f"peak RSS {rss >> 20} MiB"
+    assert 'cephnode_osd_scrape_success{ceph_daemon="osd.0"} 1.0' in out
+    assert 'cephnode_osd_scrape_success{ceph_daemon="osd.12"} 0.0' in out
+    assert 'cephnode_scrape_collector_success{collector="osd"} 1.0' in out
 
 
 @pytest.fixture
@@ -628,3 +658,131 @@ def test_the_caps_keep_a_margin_over_a_real_cluster(request: pytest.FixtureReque
                 continue
             assert len(payload) * 8 <= spec.max_bytes, (osd_id, prefix, len(payload))
             assert json_items(payload) * 8 <= spec.max_items, (osd_id, prefix)
+
+
+# ------------------------------------------------------- numbers no counter can hold
+
+HUGE = 10**400  # a valid JSON integer (up to 4,300 digits) that no float can hold
+
+
+def _set(path: tuple[Any, ...], new: Any) -> Callable[[Any], None]:
+    def change(data: Any) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = new
+
+    return change
+
+
+_HIST = ("osd", "op_r_latency_out_bytes_histogram")
+
+
+@pytest.mark.parametrize(
+    ("command", "change"),
+    [
+        ("perf dump", _set(("osd", "op"), HUGE)),
+        ("perf dump", _set(("osd", "op_w"), 2**64)),
+        ("perf dump", _set(("osd", "op_r_latency", "sum"), HUGE)),
+        ("perf dump", _set(("osd", "op_r_latency", "avgcount"), HUGE)),
+        ("perf histogram dump", _set((*_HIST, "values", 3, 3), HUGE)),
+        ("perf histogram dump", _set((*_HIST, "values", 3, 3), 2**64)),
+        ("perf histogram dump", _set((*_HIST, "axes", 0, "min"), HUGE)),
+        ("perf histogram dump", _set((*_HIST, "axes", 0, "quant_size"), HUGE)),
+        ("dump_ops_in_flight", _set(("ops", 0, "age"), HUGE)),
+        ("dump_ops_in_flight", _set(("num_ops",), HUGE)),
+        ("dump_osd_network", _set(("entries", 0, "average", "1min"), HUGE)),
+        ("version", _set(("version",), "16.2.15-" + "x" * 65_000)),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_a_number_no_counter_can_hold_fails_only_its_osd(
+    command: str,
+    change: Callable[[Any], None],
+    node_trees: dict[str, Tree],
+    sock_dir: Path,
+    servers: list[FakeServer],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ceph's counters are uint64 and JSON integers are not bounded: 10^400 (which no
+    float holds) or 2^64 in one OSD's reply, and a 65,000-character version (a label of
+    every scrape), fail that OSD's scrape (`reason` parse), not the collector and the
+    other OSD's series."""
+    good = recorded_osd("memstore")
+    bad = recorded_osd("memstore")
+    data = json.loads(bad.replies[command])
+    change(data)
+    bad.set(command, data)
+    listen(servers, sock_dir / "ceph-osd.0.asok", good)
+    listen(servers, sock_dir / "ceph-osd.1.asok", bad)
+    caplog.set_level(logging.WARNING)
+    c = collect(osd_flags(node_trees["epyc9454p-tuned"], sock_dir))
+    assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1
+    assert success(c) == {"osd.0": 1.0, "osd.1": 0.0}
+    assert value(c, "cephnode_osd_ops_in_flight", ceph_daemon="osd.0") is not None
+    fields = [getattr(r, "kv", {}) for r in caplog.records]
+    failed = [f for f in fields if f.get("ceph_daemon") == "osd.1"]
+    assert [f["reason"] for f in failed] == ["parse"]
+    # The error names the value without copying a 400-digit number or 65 KB into the log.
+    assert len(str(failed[0]["err"])) < 1000
+    assert not [f for f in fields if f.get("ceph_daemon") == "osd.0"]
+
+
+def test_a_config_value_no_float_holds_is_left_out() -> None:
+    """config show sends strings; a JSON number past a float's range is no value of an
+    option (left out, as a missing one), not an error of the OSD."""
+    config = payload("memstore", "config show")
+    config["osd_memory_target"] = HUGE
+    parsed = perf.parse_config(config)
+    assert "osd_memory_target" not in parsed.options
+    assert parsed.options  # the others are read
+
+
+# ------------------------------------------------ the scrape's budget bounds the OSDs
+
+
+def test_a_short_scrape_budget_with_a_stopped_osd_costs_only_that_osd(
+    node_trees: dict[str, Tree], sock_dir: Path, servers: list[FakeServer]
+) -> None:
+    """Prometheus' scrape_timeout of 2 s leaves a budget of 1.5 s, under the OSDs' 2 s:
+    a stopped OSD (accepts, never answers) fails alone, within the budget; the other
+    OSD and the collectors after osd (thp) keep their series, scrape after scrape."""
+    listen(servers, sock_dir / "ceph-osd.0.asok", recorded_osd("memstore"))
+    listen(servers, sock_dir / "ceph-osd.1.asok", hang)
+    flags = [*node_trees["epyc9454p-tuned"].flags, f"--ceph.socket-dir={sock_dir}"]
+    scraper = build_scraper(parse_args(["dump", *flags, "--collector.osd.timeout=2"]))
+    try:
+        for _ in range(2):
+            start = time.monotonic()
+            c = scraper.collect(1.5)
+            assert time.monotonic() - start < 1.5
+            failed = {o.name: o.error for o in c.outcomes if not o.success}
+            assert failed == {}
+            assert success(c) == {"osd.0": 1.0, "osd.1": 0.0}
+            assert value(c, "cephnode_osd_scrape_duration_seconds", ceph_daemon="osd.1") < 1.3
+    finally:
+        scraper.close()
+
+
+def test_parsing_many_large_replies_stops_at_the_collectors_time(
+    node_trees: dict[str, Tree], sock_dir: Path, servers: list[FakeServer]
+) -> None:
+    """100 OSDs each with 400 ops in flight (0.56 MB, about 11 ms to parse) need more
+    time to parse than --collector.timeout=1 leaves: the OSDs parsed in time keep their
+    series, the others fail with reason timeout, and the collector returns in time
+    instead of being abandoned with every OSD's series."""
+    recorded = json.loads((FIXTURES / "bluestore.dump_ops_in_flight.json").read_bytes())
+    ops = [copy.deepcopy(recorded["ops"][i % len(recorded["ops"])]) for i in range(400)]
+    busy = json.dumps({"ops": ops, "num_ops": 400}).encode()
+    for i in range(100):
+        handler = recorded_osd("bluestore")
+        handler.replies["dump_ops_in_flight"] = busy  # one bytes object for all
+        listen(servers, sock_dir / f"ceph-osd.{i}.asok", handler)
+    c = collect(osd_flags(node_trees["epyc9454p-tuned"], sock_dir, "--collector.timeout=1"))
+    (osd,) = [o for o in c.outcomes if o.name == "osd"]
+    assert osd.success, osd.error
+    assert osd.duration < 1.0
+    answered = success(c)
+    assert len(answered) == 100
+    assert 0 < sum(answered.values()) < 100
+    late = [o for o in osd.facts.osds if o.reason == "timeout"]
+    assert late and all("ran out before its replies were parsed" in o.error for o in late)

@@ -446,6 +446,30 @@ def test_pool_skips_other_edges_and_says_so_once(caplog: pytest.LogCaptureFixtur
     assert len([r for r in caplog.records if "edges differ" in r.getMessage()]) == 1
 
 
+def test_pool_takes_the_edges_most_osds_have(caplog: pytest.LogCaptureFixture) -> None:
+    """An OSD of another axis read first (another build, a hostile reply) does not keep
+    every other OSD out for the exporter's life: once more OSDs have other edges, the
+    pool starts anew on those (a reset, as rate() reads it) and the odd one is left out."""
+    p = PooledHistogram()
+    other = [(0.001, 5.0), (INF, 5.0)]
+    p.update("x", other, 0.1, initial=True)
+    p.update("a", hist(10, 0), 0.01, initial=True)
+    assert [e for e, _ in p.buckets()] == [0.001, INF]  # one against one: the first stays
+    with caplog.at_level(logging.WARNING, logger="cephnode_exporter.ceph.latency"):
+        p.update("b", hist(0, 5), 0.015, initial=True)
+    assert [e for e, _ in p.buckets()] == list(EDGES) and counts(p) == [0, 0, 0, 0]
+    assert any("edges most OSDs have" in r.getMessage() for r in caplog.records)
+    for fast, slow in ((20, 5), (30, 7)):  # a's first read since the switch is its baseline
+        p.update("x", [(0.001, 50.0), (INF, 50.0)], 0.5, initial=False)
+        p.update("a", hist(fast, 0), 0.01 * fast, initial=False)
+        p.update("b", hist(0, slow), 0.003 * slow, initial=False)
+    assert counts(p) == [10, 10, 12, 12]
+    # x gone, a and b stay: nothing changes back.
+    p.forget("x")
+    p.update("a", hist(40, 0), 0.4, initial=False)
+    assert counts(p) == [20, 20, 22, 22]
+
+
 # ----------------------------------------------------------------------------- PromQL
 
 # Shapes of increases per minute, over 5 minutes of one sample a minute, checked against

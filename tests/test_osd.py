@@ -2514,3 +2514,42 @@ def test_a_failing_process_read_stays_that_osds_process_error(
     assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1.0
     assert value(c, "cephnode_osd_threads", ceph_daemon="osd.3") is None
     assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 2.0
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        # A 5,000-digit ticker: past Python's int() of a string, and no RocksDB uint64.
+        (
+            (
+                "rocksdb_extended_statistics",
+                ".",
+                [
+                    "rocksdb.compact.read.bytes COUNT : " + "9" * 5000,
+                    "rocksdb.compact.write.bytes COUNT : 1",
+                    "rocksdb.compaction.times.micros P50 : 1.0 P95 : 1.0 P99 : 1.0 "
+                    "P100 : 1.0 COUNT : 2 SUM : 19485",
+                ],
+            ),
+        ),
+        # 1e300 GiB read: finite, but no uint64 of bytes once multiplied out.
+        (
+            (
+                "rocksdb_compaction_statistics",
+                "",
+                cf_table("default", PACIFIC_HEADER, [PACIFIC_SUM.replace(" 41.3 ", " 1e300 ")]),
+            ),
+        ),
+    ],
+    ids=["ticker-5000-digits", "column-1e300-gib"],
+)
+def test_kv_stats_numbers_past_uint64_are_parse_errors(
+    sections: tuple[tuple[str, str, list[str]], ...],
+) -> None:
+    """RocksDB's statistics are uint64 (include/rocksdb/statistics.h); a larger number
+    is a parse error of the reply (that OSD's `reason` parse), never an OverflowError or
+    ValueError that would fail the collector."""
+    from cephnode_exporter.ceph import kvstats
+
+    with pytest.raises(kvstats.KVStatsParseError):
+        kvstats.parse_kv_stats(kv_json(*sections))

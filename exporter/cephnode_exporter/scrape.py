@@ -296,9 +296,9 @@ class Scraper:
     ) -> list[Collector]:
         """Run ``collectors`` in one batch; fills ``outcomes`` and returns the collectors
         not started because one overran its time (to run on a fresh worker)."""
-        batch = _Batch([_work(c, self._last) for c in collectors], deadline)
-        self._worker.submit(batch)
         limit = self._collector_timeout
+        batch = _Batch([_work(c, self._last, limit, deadline) for c in collectors], deadline)
+        self._worker.submit(batch)
         while True:
             with batch.lock:
                 i = batch.running
@@ -384,9 +384,14 @@ class Scraper:
 
 
 def _work(
-    collector: Collector, last: dict[str, tuple[Any, list[Metric]]]
+    collector: Collector,
+    last: dict[str, tuple[Any, list[Metric]]],
+    limit: float,
+    deadline: float,
 ) -> Callable[[], tuple[Any, list[Metric]]]:
-    """The collector's read and metrics; with ``reuse_unchanged``, facts equal to the
+    """The collector's read and metrics, told when it will be abandoned (``limit``
+    seconds from its start, or the scrape's ``deadline``, whichever comes first, as
+    _run_batch times it); with ``reuse_unchanged``, facts equal to the
     last scrape's give that scrape's facts and families back (the same objects, so the
     checks and the encoder can tell by identity that nothing changed). When the facts
     changed, a family whose samples equal the last scrape's is still that family: on a
@@ -394,6 +399,7 @@ def _work(
     not, and neither does an NVMe queue's when only its in-flight count moved."""
 
     def work() -> tuple[Any, list[Metric]]:
+        collector.deadline = min(time.monotonic() + limit, deadline)
         facts = collector.read()
         if not collector.reuse_unchanged:
             return facts, list(collector.metrics(facts))

@@ -37,6 +37,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -295,14 +296,15 @@ def decode_reply(payload: bytes, path: str = "", prefix: str = "") -> Any:
 
 # ----------------------------------------------------------------------------- client
 
-_locks: dict[str, threading.Lock] = {}
+# Weak: a path's lock lives while an exchange holds or waits for it (a stuck one
+# included), so a socket directory whose names churn does not grow the table.
+_locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
 _locks_guard = threading.Lock()
 
 
 def _lock_for(path: str) -> threading.Lock:
     """One lock per socket path: the daemon serves one connection at a time anyway, and a
-    second request queued behind a stuck one would only wait for the same deadline.
-    The dict grows with the distinct paths seen (the OSDs of one node)."""
+    second request queued behind a stuck one would only wait for the same deadline."""
     with _locks_guard:
         lock = _locks.get(path)
         if lock is None:

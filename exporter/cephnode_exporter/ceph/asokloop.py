@@ -36,6 +36,7 @@ from cephnode_exporter.ceph.asok import (
     AdminSocket,
     AsokConnectError,
     AsokError,
+    AsokReplyTooLarge,
     AsokStale,
     AsokTimeout,
     AsokTruncated,
@@ -43,6 +44,7 @@ from cephnode_exporter.ceph.asok import (
     _lock_for,
     encode_request,
 )
+from cephnode_exporter.ceph.asok import MIB as _MIB
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -78,6 +80,13 @@ Round = Generator[Ask, Any, T]
 # After the deadline, a round that catches the timeout and asks again is given the
 # timeout this many times before it is closed.
 _MAX_LATE_ASKS = 8
+# Reply bytes all the rounds of one run may receive together. Each command's cap bounds
+# one reply; this bounds their sum, which the rounds hold until parsed (collectors/
+# osd_query.py), so that 128 OSDs answering near their caps cannot take the exporter
+# past the unit's MemoryMax (deploy/cephnode-exporter.service, 256 MiB): raw replies up
+# to this much plus one OSD's decoded replies at a time. Real OSDs answer about 150 KB a
+# scrape each (20 MB at 128 OSDs); a stall's 2,000 ops in flight are 2.8 MB an OSD.
+MAX_RUN_REPLY_BYTES = 96 * _MIB
 
 
 class _Exchange:
@@ -137,8 +146,9 @@ class _Exchange:
 
 
 class _Loop:
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, max_bytes: int = MAX_RUN_REPLY_BYTES) -> None:
         self.deadline = deadline
+        self.bytes_left = max_bytes  # of the run's reply budget
         self.selector = selectors.DefaultSelector()
         self.waiting: list[_Exchange] = []  # connect or lock to try again at retry_at
         self.running = 0  # rounds without a result
@@ -298,9 +308,17 @@ class _Loop:
         if ex.got < want:
             return None
         if ex.body is not None:
-            return bytes(ex.body)
+            body, ex.body, ex.got = ex.body, None, 0  # the buffer goes with its copy
+            return bytes(body)
         (length,) = _LENGTH.unpack(ex.header)
         ex.sock.check_length(ex.ask.prefix, length)
+        if length > self.bytes_left:
+            raise ex.error(
+                AsokReplyTooLarge,
+                f"daemon announced {length} bytes, past what this scrape's replies may "
+                f"hold together ({MAX_RUN_REPLY_BYTES // _MIB} MiB, docs/limits.md)",
+            )
+        self.bytes_left -= length
         ex.body, ex.got = bytearray(length), 0
         if length == 0:
             return b""
@@ -385,18 +403,22 @@ class _Loop:
 
 
 def run_rounds(
-    rounds: Mapping[K, tuple[AdminSocket, Round[T]]], timeout: float
+    rounds: Mapping[K, tuple[AdminSocket, Round[T]]],
+    timeout: float,
+    max_bytes: int = MAX_RUN_REPLY_BYTES,
 ) -> dict[K, QueryResult[T]]:
     """Run every ``(socket, round)`` at once in this thread; return within ``timeout``.
 
     Rounds end a little before the timeout, so that a late reply is reported as the
     exchange's own timeout. A round's result is the value it returned, or the error it
-    did not catch, and how long it took.
+    did not catch, and how long it took. A reply announced past what is left of
+    ``max_bytes`` for the whole run is refused (AsokReplyTooLarge), as one past its
+    command's cap.
     """
     start = time.monotonic()
     deadline = start + timeout - min(0.05, timeout * 0.1)
     exchanges = [_Exchange(key, sock, steps, start) for key, (sock, steps) in rounds.items()]
-    _Loop(deadline).run(exchanges)
+    _Loop(deadline, max_bytes).run(exchanges)
     out: dict[K, QueryResult[T]] = {}
     for ex in exchanges:
         assert ex.result is not None

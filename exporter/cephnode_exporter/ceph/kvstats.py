@@ -46,6 +46,8 @@ from cephnode_exporter.ceph.perf import PerfParseError
 
 # RocksDB's kGB (db/internal_stats.cc): binary.
 GIB = float(1 << 30)
+# The largest value of a column: 2^64 bytes in GiB (a uint64_t of bytes).
+MAX_GIB = float(1 << 34)
 US_PER_S = 1e6
 
 # The options without which the OSD answers nothing (get_statistics returns early
@@ -63,8 +65,10 @@ FLUSH_TICKER = "rocksdb.flush.write.bytes"
 TIME_HISTOGRAM = "rocksdb.compaction.times.micros"
 CPU_HISTOGRAM = "rocksdb.compaction.times.cpu_micros"
 
-_TICKER = re.compile(r"^(\S+) COUNT : (\d+)$")
-_HISTOGRAM = re.compile(r"^(\S+) P50 : .* COUNT : (\d+) SUM : (\d+)$")
+# RocksDB's tickers and histogram counts and sums are uint64_t (include/rocksdb/
+# statistics.h): at most 20 digits, and a longer number is no statistic of RocksDB.
+_TICKER = re.compile(r"^(\S+) COUNT : (\d{1,20})$")
+_HISTOGRAM = re.compile(r"^(\S+) P50 : .* COUNT : (\d{1,20}) SUM : (\d{1,20})$")
 _CF_HEADER = re.compile(r"^\*\* Compaction Stats \[(.+)\] \*\*$")
 _CUMULATIVE = re.compile(
     r"^Cumulative compaction: ([0-9.]+) GB write, [0-9.]+ MB/s write, "
@@ -226,9 +230,10 @@ def _number(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise KVStatsParseError(f"{what}: {text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise KVStatsParseError(f"{what}: {text!r} is not a non-negative number")
+        raise KVStatsParseError(f"{what}: {text[:40]!r} is not a number") from None
+    # Below 2^64 bytes even once GiB are turned into bytes (the callers' round()).
+    if not 0 <= value < MAX_GIB:
+        raise KVStatsParseError(f"{what}: {text[:40]!r} is not a non-negative number below 2^34")
     return value
 
 

@@ -273,6 +273,10 @@ class PooledHistogram:
         self._sum = 0.0
         self._last: dict[str, tuple[tuple[float, ...], float]] = {}
         self._warned: set[str] = set()
+        # The OSDs read with each set of edges: the pool takes the edges most OSDs
+        # have, so one OSD of another axis (another build, a hostile reply) read first
+        # cannot keep every other OSD out.
+        self._holders: dict[tuple[float, ...], set[str]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._last
@@ -285,10 +289,26 @@ class PooledHistogram:
         since its previous read (add its whole counts)."""
         edges = tuple(float(e) for e, _ in buckets)
         counts = tuple(float(c) for _, c in buckets)
+        self._hold(key, edges)
         if not self._edges:
             self._edges = edges
             self._counts = [0.0] * len(edges)
-        elif edges != self._edges:
+        elif edges != self._edges and len(self._holders[edges]) > len(
+            self._holders.get(self._edges, ())
+        ):
+            # More OSDs now have these edges than the pool's: start the pool anew on
+            # them, a reset that rate() reads as one. The others count from their next
+            # read, as a new OSD does.
+            log.warning(
+                "pooled OSD histogram takes the edges most OSDs have",
+                extra=kv(key=key, edges=len(edges), osds=len(self._holders[edges])),
+            )
+            self._edges = edges
+            self._counts = [0.0] * len(edges)
+            self._sum = 0.0
+            self._last = {}
+            self._warned = set()
+        if edges != self._edges:
             # Ceph's axis is fixed (docs/metrics.md), so this is a different build or a
             # parser change: skip the OSD rather than mix incompatible buckets.
             if key not in self._warned:
@@ -318,6 +338,17 @@ class PooledHistogram:
         """The OSD is gone (its socket vanished): its ops so far stay in the pool."""
         self._last.pop(key, None)
         self._warned.discard(key)
+        self._hold(key, None)
+
+    def _hold(self, key: str, edges: tuple[float, ...] | None) -> None:
+        """Note that ``key`` was last read with ``edges`` (None: gone)."""
+        for other, keys in list(self._holders.items()):
+            if other != edges and key in keys:
+                keys.discard(key)
+                if not keys:
+                    del self._holders[other]
+        if edges is not None:
+            self._holders.setdefault(edges, set()).add(key)
 
     def buckets(self) -> list[tuple[float, float]]:
         """The pooled cumulative ``(edge, count)`` buckets; empty before any read."""

@@ -86,9 +86,11 @@ class NetworkPings:
 def _ms(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise NetworkParseError(f"dump_osd_network: {where} is {value!r}, not a number")
-    ms = float(value)
+    # An integer past a float's range (JSON allows 4,300 digits) is as out of range.
+    ms = float(value) if not isinstance(value, int) or value <= MAX_PING_MS else math.inf
     if not math.isfinite(ms) or ms < 0 or ms > MAX_PING_MS:
-        raise NetworkParseError(f"dump_osd_network: {where} is {value!r} ms, out of range")
+        shown = f"{value!r}" if math.isfinite(ms) else "a number"
+        raise NetworkParseError(f"dump_osd_network: {where} is {shown} ms, out of range")
     return ms
 
 

@@ -73,12 +73,20 @@ class LatencyHistogram:
     count: int
 
 
+# Ceph's perf counters are uint64_t (src/common/perf_counters.h); JSON integers are not
+# bounded, and one above 1.8e308 cannot even become a float. A larger value is no
+# counter, and refusing it here keeps one OSD's reply from failing the collector.
+UINT64_MAX = 2**64 - 1
+
+
 def _int(value: Any, what: str) -> int:
     # type() first: JSON gives exactly int, and bool (an int subclass) is refused.
-    if type(value) is not int or value < 0:
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if type(value) is not int or not 0 <= value <= UINT64_MAX:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= UINT64_MAX:
             return int(value)
-        raise PerfParseError(f"{what}: expected a non-negative integer, got {value!r}")
+        raise PerfParseError(
+            f"{what}: expected a non-negative integer below 2^64, got {_short(value)}"
+        )
     return value
 
 
@@ -86,11 +94,23 @@ def _num(value: Any, what: str) -> float:
     kind = type(value)
     if kind is float and math.isfinite(value):
         return float(value)
-    if kind is int:
+    if kind is int and -UINT64_MAX <= value <= UINT64_MAX:
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PerfParseError(f"{what}: expected a number, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not -UINT64_MAX <= value <= UINT64_MAX
+        or not math.isfinite(value)
+    ):
+        raise PerfParseError(f"{what}: expected a number, got {_short(value)}")
     return float(value)
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, cut short: a hostile reply's 4,000-digit number or
+    long string must not become a 4,000-character log line."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 256 else "<huge>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # The one type a histogram count may have (JSON integers; bool is a subclass, refused).
@@ -153,7 +173,7 @@ def _check_axis(axis: dict[str, Any], rows: int, what: str) -> tuple[float, ...]
         for i, edge in enumerate(edges_ns):
             r = ranges[i]
             if not isinstance(r, dict) or r.get("max") != edge - 1:
-                raise PerfParseError(f"{what}: range {i} is {r!r}, expected max {edge - 1}")
+                raise PerfParseError(f"{what}: range {i} is {_short(r)}, expected max {edge - 1}")
     return (*(e / NS_PER_S for e in edges_ns), math.inf)
 
 
@@ -179,8 +199,11 @@ def parse_latency_histogram(hist: Any, what: str = "histogram") -> LatencyHistog
     if _LIST_ONLY.issuperset(map(type, values)) and _INT_ONLY.issuperset(
         map(type, itertools.chain.from_iterable(values))
     ):
-        # min of an empty matrix (rows of no value) is that of (0,): nothing negative.
-        if min(itertools.chain((0,), *values)) >= 0:
+        # min and max of an empty matrix (rows of no value) are those of (0,).
+        if (
+            min(itertools.chain((0,), *values)) >= 0
+            and max(itertools.chain((0,), *values)) <= UINT64_MAX
+        ):
             per_bucket = list(map(sum, values))
         else:
             per_bucket = _checked_rows(values, what)
@@ -248,7 +271,7 @@ def _time_avg(section: Mapping[str, Any], name: str, what: str) -> TimeAvg | Non
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise PerfParseError(f"{what}.{name}: expected {{avgcount, sum}}, got {value!r}")
+        raise PerfParseError(f"{what}.{name}: expected {{avgcount, sum}}, got {_short(value)}")
     return TimeAvg(
         _int(value.get("avgcount"), f"{what}.{name}.avgcount"),
         _num(value.get("sum"), f"{what}.{name}.sum"),
@@ -506,7 +529,7 @@ def parse_config(config: Any) -> OSDConfig:
     for name in CONFIG_OPTIONS:
         try:
             number = float(config[name])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             continue
         if math.isfinite(number):
             options[name] = number
@@ -532,7 +555,15 @@ def parse_version(payload: Any) -> str:
     """``{"version": "16.2.15", ...}`` -> ``"16.2.15"``."""
     if not isinstance(payload, dict) or not isinstance(payload.get("version"), str):
         raise PerfParseError("version: no version string")
-    return payload["version"]
+    version: str = payload["version"]
+    # It becomes a label value: Ceph's are 6-40 characters (a development build's
+    # "18.2.4-123-gabcdef12"); a 64 KiB one would be copied into every scrape.
+    if len(version) > MAX_VERSION_CHARS:
+        raise PerfParseError(f"version: {len(version)} characters, more than {MAX_VERSION_CHARS}")
+    return version
+
+
+MAX_VERSION_CHARS = 128
 
 
 # "16.2.15", or a development build's "18.2.4-123-gabcdef12" (git describe): the release

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -75,6 +76,11 @@ class Collector(ABC):
 
     def __init__(self, ctx: CollectorContext) -> None:
         self.ctx = ctx
+        # When the running call must have returned (time.monotonic()): the scraper sets
+        # it before each call to the earlier of --collector.timeout from the call's
+        # start and the scrape's budget. Collectors that wait on daemons (osd) fit their
+        # waiting into it; unbounded outside a scrape.
+        self.deadline = math.inf
 
     @classmethod
     def add_arguments(cls, parser: argparse._ActionsContainer) -> None:

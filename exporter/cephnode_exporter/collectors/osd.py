@@ -81,7 +81,11 @@ from cephnode_exporter.collectors.base import (
     bounded,
     register,
 )
-from cephnode_exporter.collectors.osd_encryption import encryption_metrics, read_encryption
+from cephnode_exporter.collectors.osd_encryption import (
+    encryption_metrics,
+    forget_encryption,
+    read_encryption,
+)
 from cephnode_exporter.collectors.osd_latency import OSDLatency
 from cephnode_exporter.collectors.osd_metrics import build_metrics, dropped_metrics
 from cephnode_exporter.collectors.osd_query import (
@@ -118,9 +122,13 @@ DEFAULT_CONFIG_INTERVAL = 60.0
 # averages change only when its one-minute interval closes (collectors/osd_query.py
 # NetworkCache); refetched at once when the OSD's pid changes.
 DEFAULT_NETWORK_INTERVAL = 60.0
-# Share of --collector.timeout the OSD queries may use, leaving time to parse and
-# build metrics before the scraper abandons the collector.
+# Share of --collector.timeout, and of the time the scrape's budget leaves the call,
+# that the OSD queries may use, leaving time to parse and build metrics before the
+# scraper abandons the collector.
 TIMEOUT_SHARE = 0.8
+# Share of the time left to the call by which every reply must have been parsed; the
+# rest is for building the families and the collectors after this one.
+PARSE_SHARE = 0.9
 # OSD sockets queried per scrape: a dense node runs 24 to 36 OSDs (a few dozen more with
 # several OSDs per NVMe); about 120 series each.
 DEFAULT_MAX_SOCKETS = 128
@@ -203,7 +211,8 @@ class OSDCollector(Collector):
             metavar="SECONDS",
             help="time all OSDs together may take to answer; an OSD that does not answer "
             f"in time reports scrape_success 0 (capped at {TIMEOUT_SHARE:g} x "
-            "--collector.timeout; default: %(default)s)",
+            "--collector.timeout, and at that share of the time a scrape has left; "
+            "default: %(default)s)",
         )
 
         parser.add_argument(
@@ -278,17 +287,24 @@ class OSDCollector(Collector):
         limited = limit_sockets(sockets, self._socket_limit.limit)
         self._socket_limit.note(len(limited.dropped), len(sockets))
         sockets = limited.kept
+        # The rounds get at most TIMEOUT_SHARE of the time the scrape leaves this call,
+        # and parsing stops at PARSE_SHARE: with a short Prometheus scrape_timeout one
+        # stopped OSD must cost its own series, not every OSD's and the next collectors'.
+        start = time.monotonic()
+        left = max(0.0, self.deadline - start)
+        timeout = min(self._timeout, TIMEOUT_SHARE * left)
+        parse_until = start + PARSE_SHARE * left
         # Keyed by path: two clusters on one node may both have an osd.0.
         rounds = {}
         for s in sockets:
-            sock = AdminSocket(s.path, timeout=self._timeout, connect_timeout=self._timeout)
+            sock = AdminSocket(s.path, timeout=timeout, connect_timeout=timeout)
             state = self._proc_states.setdefault(s.path, ProcessState())
             cache = self._config_caches.setdefault(s.path, ConfigCache())
             network = self._network_caches.setdefault(s.path, NetworkCache())
             rounds[s.path] = query_round(
                 sock, cache, self._config_interval, network, self._network_interval
             )
-        results = run_rounds(rounds, self._timeout)
+        results = run_rounds(rounds, timeout)
         # One socket per daemon: a stale or second socket of an OSD is left out here.
         choice = choose_sockets(sockets, self._answers(sockets, results))
         self._note_dropped(choice.dropped)
@@ -304,6 +320,10 @@ class OSDCollector(Collector):
             elif result.value is None:
                 facts.error = f"{s.path}: no reply"
                 facts.reason = "no_reply"
+            elif time.monotonic() > parse_until:
+                # Many OSDs' large replies (80,000 ops in flight each) parse for seconds.
+                facts.error = f"{s.path}: the scrape's time ran out before its replies were parsed"
+                facts.reason = "timeout"
             else:
                 state = self._proc_states[s.path]
                 read_osd_process(result.value, self.ctx.fs, state, self._thread_files)
@@ -314,6 +334,9 @@ class OSDCollector(Collector):
                     facts.reason = "parse"
                 except AsokError as exc:  # a reply that is no JSON, decoded here
                     facts.error, facts.reason = str(exc), exc.reason
+                except Exception as exc:  # as in the rounds: even a bug stays this OSD's
+                    facts.error = f"{s.path}: {type(exc).__name__}: {exc}"
+                    facts.reason = "parse"
                 else:
                     self._host_facts(facts, numa_nodes, errors)
             self._note(facts)
@@ -555,6 +578,7 @@ class OSDCollector(Collector):
             for path in set(cache) - present:
                 del cache[path]
         self._windows.forget(present)
+        forget_encryption(present)
 
     def read_errors(self, facts: OSDCollectorFacts) -> int:
         """Unreadable cephadm directories and OSDs that did not answer."""

@@ -41,13 +41,24 @@ def read_encryption(facts: OSDFacts, errors: ReadErrors) -> Encryption:
     reason = found.reason if found.state == UNKNOWN and sysdir else ""
     with _lock:
         changed = _last_reason.get(facts.socket.path, "") != reason
-        _last_reason[facts.socket.path] = reason
+        if reason:
+            _last_reason[facts.socket.path] = reason
+        else:
+            _last_reason.pop(facts.socket.path, None)
     if changed and reason:
         log.warning(
             "OSD data device encryption unknown",
             extra=kv(ceph_daemon=facts.ceph_daemon, reason=reason),
         )
     return found
+
+
+def forget_encryption(present: set[str]) -> None:
+    """Drop the memo of sockets gone from the node: a directory whose OSD ids churn must
+    not grow it."""
+    with _lock:
+        for path in set(_last_reason) - present:
+            del _last_reason[path]
 
 
 def encryption_metrics(osds: Iterable[OSDFacts]) -> list[Metric]:

@@ -15,13 +15,15 @@ what to ask and where the answers go.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cephnode_exporter.ceph import kvstats, perf
 from cephnode_exporter.ceph.asok import AdminSocket, AsokError, decode_reply
 from cephnode_exporter.ceph.asokloop import PEER, Ask, Round
 from cephnode_exporter.ceph.network import NetworkPings, parse_osd_network
+from cephnode_exporter.ceph.perf import OSDConfig, PerfParseError
 from cephnode_exporter.facts.osd import OSDFacts
 from cephnode_exporter.hostfs import AttrFiles, HostFS, ParseError
 from cephnode_exporter.hostfs.process import (
@@ -30,6 +32,8 @@ from cephnode_exporter.hostfs.process import (
     ProcessState,
     read_process,
 )
+
+P = TypeVar("P")
 
 
 @dataclass
@@ -94,10 +98,14 @@ class _Replies:
     histograms: bytes = b""
     perf: bytes = b""
     ops: bytes = b""
-    config: Any = None
+    # config show and dump_osd_network, asked once a minute, are parsed within the round
+    # into their small summaries (or the parse error, raised by parse_replies): their
+    # decoded JSON, up to tens of MB for a reply near its cap, is not kept until every
+    # round has ended.
+    config: OSDConfig | PerfParseError | None = None
     version: Any = None
     kv_stats: bytes | None = None  # raw: the reply repeats keys and is several objects
-    network: Any = None  # dump_osd_network (collectors/osd_network.py)
+    network: NetworkPings | PerfParseError | None = None  # collectors/osd_network.py
     cache: ConfigCache | None = None  # config and version, unless fetched in this scrape
     fetched: bool = True  # config and version are in this reply (then parsed into cache)
     network_cache: NetworkCache | None = None  # the ping summary, unless fetched now
@@ -133,7 +141,8 @@ def _round(
     else:
         # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
         reply = yield Ask("dump_osd_network", {"value": 0})
-        r.network = decode_reply(reply, path, "dump_osd_network")
+        r.network = _parsed(parse_osd_network, decode_reply(reply, path, "dump_osd_network"))
+        del reply
         if network is not None:
             network.pings = None  # until the collector parsed the reply
             network.pid, network.fetched = seen_pid, now
@@ -141,14 +150,16 @@ def _round(
     if seen is not None and cache.fresh(seen_pid, now, interval):
         r.fetched = False
     else:
-        r.config = decode_reply((yield Ask("config show")), path, "config show")
+        config = decode_reply((yield Ask("config show")), path, "config show")
         r.version = decode_reply((yield Ask("version")), path, "version")
         cache.config, cache.version = None, None  # until the collector parsed them
         cache.pid = seen_pid
         cache.fetched = now
-        cache.kv_wanted = kvstats.wanted(r.config)
-        fsid = r.config.get("fsid") if isinstance(r.config, dict) else None
+        cache.kv_wanted = kvstats.wanted(config)
+        fsid = config.get("fsid") if isinstance(config, dict) else None
         cache.fsid = fsid if isinstance(fsid, str) else None
+        r.config = _parsed(perf.parse_config, config)
+        del config
     if cache.kv_wanted:
         r.kv_stats = yield Ask("dump_objectstore_kv_stats")
     # The pid for the process read (read_osd_process): a failure here must not fail the OSD.
@@ -162,6 +173,15 @@ def _round(
             "the socket's peer pid is 0: the OSD runs in a pid namespace the exporter cannot see"
         )
     return r
+
+
+def _parsed(parse: Callable[[Any], P], decoded: Any) -> P | perf.PerfParseError:
+    """``parse(decoded)``, or the parse error for :func:`parse_replies` to raise."""
+    try:
+        return parse(decoded)
+    except perf.PerfParseError as exc:
+        # Without its traceback: the parser's frame holds the decoded reply.
+        return exc.with_traceback(None)
 
 
 def read_osd_process(
@@ -195,7 +215,7 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     if not replies.fetched and cache is not None:
         facts.config, facts.version = cache.config, cache.version
     else:
-        facts.config = perf.parse_config(replies.config)
+        facts.config = _raised(replies.config)
         facts.version = perf.parse_version(replies.version)
     assert facts.config is not None
     facts.histograms = perf.parse_op_histograms(histograms)
@@ -213,7 +233,7 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     if not replies.network_fetched and network is not None and network.pings is not None:
         facts.network = network.pings
     else:
-        facts.network = parse_osd_network(replies.network)
+        facts.network = _raised(replies.network)
         if network is not None:
             network.pings = facts.network
     if replies.fetched and cache is not None:
@@ -232,6 +252,15 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     facts.process = replies.process
     facts.process_note = replies.process_note
     facts.process_error = replies.process_error
+
+
+def _raised(parsed: P | perf.PerfParseError | None) -> P:
+    """A summary the round parsed; its parse error raised (None: not in the reply)."""
+    if isinstance(parsed, perf.PerfParseError):
+        raise parsed
+    if parsed is None:
+        raise perf.PerfParseError("no reply parsed")
+    return parsed
 
 
 def query_round(
