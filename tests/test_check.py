@@ -298,6 +298,10 @@ def test_bad_profile_exits_2_with_a_clear_message(
         ["dump", "--scrape.timeout=-1"],
         ["dump", "--collector.timeout=abc"],
         ["serve", "--web.telemetry-path=metrics"],
+        # '?' and '#' start a query and a fragment: no request could reach the metrics.
+        ["serve", "--web.telemetry-path=/m?x=1"],
+        ["serve", "--web.telemetry-path=/m#x"],
+        ["serve", "--web.telemetry-path=/-/healthy"],
         ["serve", "--log.level=loud"],
     ],
 )

@@ -17,6 +17,7 @@ import copy
 import importlib.machinery
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -589,6 +590,19 @@ def test_unreadable_files_fail_before_librados(tmp_path: Path) -> None:
         no_key = settings(tmp_path, keyring=str(tmp_path / "k"))
         with pytest.raises(CephError, match=r"cannot read keyring .*/k: No such file"):
             MonCommandClient(no_key).command(COMMAND)
+        # A FIFO (no writer) or a directory given by mistake: refused at once, where a
+        # plain open() of the FIFO would block the collector's thread for good.
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        for kind, bad in (("FIFO", fifo), ("directory", tmp_path)):
+            for field, what in (("conffile", "Ceph configuration"), ("keyring", "keyring")):
+                client = MonCommandClient(settings(tmp_path, **{field: str(bad)}))
+                started = time.monotonic()
+                with pytest.raises(
+                    CephError, match=rf"cannot read {what} .*not a regular file \({kind}\)"
+                ):
+                    client.command(COMMAND)
+                assert time.monotonic() - started < 1
         assert fake.handles == []
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import bcrypt
 import pytest
+import yaml
 from cephnode_exporter.web import CONTENT_TYPE, ExporterServer, make_server
 from cephnode_exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
@@ -443,6 +444,22 @@ def test_extra_headers(tmp_path: Path) -> None:
             assert headers["X-Frame-Options"] == "deny"
             assert headers["Content-Security-Policy"] == "default-src 'self'"
             assert "X-XSS-Protection" not in headers
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["default-src \u2018self\u2019", "deny\u00a0", "a\x01b", "a\x7fb"],
+    ids=["curly-quotes", "nbsp", "control", "delete"],
+)
+def test_a_header_value_outside_visible_ascii_is_refused_at_start(
+    tmp_path: Path, value: str
+) -> None:
+    """http.server writes headers in Latin-1: a pasted curly quote failed every response
+    of a server that looked healthy. RFC 9110 field values are visible ASCII, space and
+    tab: anything else is refused when the file is loaded."""
+    text = yaml.safe_dump({"http_server_config": {"headers": {"Content-Security-Policy": value}}})
+    with pytest.raises(WebConfigError, match="Content-Security-Policy: must be printable ASCII"):
+        load_web_config(write_config(tmp_path, text))
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])

@@ -132,6 +132,98 @@ def test_idle_flood_beyond_the_overflow_does_not_shut_a_scraper_out() -> None:
                 s.close()
 
 
+HEALTHY = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def read_answer(sock: socket.socket, end: bytes = b"Healthy.\n") -> bytes:
+    """What the server sent on ``sock`` up to and including ``end``."""
+    data = b""
+    while not data.endswith(end):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    return data
+
+
+def test_kept_alive_connections_between_requests_give_their_slot_to_a_request() -> None:
+    """Keep-alive clients that send a request more often than IDLE_GRACE must not pin every
+    slot: one answered and waiting for its next request is closed at once for a request that
+    finds no slot (RFC 9112 section 9.5; HTTP clients retry a GET on a reused connection
+    closed before any response byte)."""
+    with serve(max_connections=2) as server:
+        kept = [socket.create_connection(server.server_address, timeout=5) for _ in range(2)]
+        try:
+            for _ in range(3):  # busy: a request every few ms
+                for sock in kept:
+                    sock.sendall(HEALTHY)
+                    assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+            answered = time.monotonic()
+            status, _, _ = request(server)
+            assert status == 200
+            assert time.monotonic() - answered < IDLE_GRACE / 2  # not the grace's doing
+            closed = select.select(kept, [], [], 2)[0]
+            assert len(closed) == 1
+            assert closed[0].recv(1) == b""  # closed without an answer
+        finally:
+            for sock in kept:
+                sock.close()
+
+
+def test_a_client_that_does_not_read_gets_no_more_scrapes_and_keeps_no_slot() -> None:
+    """A client that pipelines scrapes and never reads (its receive window closed) must
+    neither have more of them rendered nor hold its slot for the whole write timeout: its
+    next request waits until the previous response has left the send queue, and meanwhile
+    the connection is between requests, so a scraper may take its slot."""
+    renders: list[float | None] = []
+    body = b"x" * 8192 + b"\n"
+
+    def render(timeout: float | None) -> bytes:
+        renders.append(timeout)
+        return body
+
+    with serve(render=render, max_connections=1) as server:
+        hog = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's minimum
+            hog.settimeout(5)
+            hog.connect(server.server_address)
+            hog.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+            time.sleep(1)
+            assert len(renders) == 1  # then the unread response stalled the rest
+            start = time.monotonic()
+            status, _, answer = request(server)
+            assert (status, answer) == (200, body)
+            assert time.monotonic() - start < 1
+            assert len(renders) == 2
+        finally:
+            hog.close()
+
+
+def test_a_response_read_slowly_is_cut_at_the_write_timeout() -> None:
+    """One response's write is bounded as a whole (WRITE_TIMEOUT, 10 s by default), not
+    per send: a client reading a little now and then held its slot for the whole request
+    timeout (30 s), as long as each send made progress."""
+    body = b"x" * (8 << 20)
+    with (
+        serve(render=lambda _: body, request_timeout=30, write_timeout=1) as server,
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as slow,
+    ):
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.settimeout(5)
+        slow.connect(server.server_address)
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        start = time.monotonic()
+        received = len(slow.recv(4096))  # the response has begun: the connection counts
+        # About 40 KB/s, so every send makes progress; 8 MiB would take minutes.
+        while server.active_connections:
+            received += len(slow.recv(4096))
+            time.sleep(0.1)
+            assert time.monotonic() - start < 5, "still writing"
+        # Then closed, after what the kernel had queued already.
+        assert 0.9 < time.monotonic() - start < 4
+        assert 0 < received < len(body)
+
+
 def test_stalled_tls_handshakes_do_not_keep_a_scraper_out(certs: Path) -> None:
     cfg = load_web_config(write_config(certs, TLS_CONFIG, "tls.yml"))
     with serve(cfg, max_connections=4) as server:
@@ -189,6 +281,57 @@ def test_http09_request_is_answered_at_once() -> None:
         assert answer.startswith(b"HTTP/1.1 400 ")
         assert b"HTTP/0.9 requests are not supported" in answer
         wait_for(lambda: server.active_connections == 0, timeout=1)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_empty_lines_before_a_request_line_are_skipped() -> None:
+    """RFC 9112 section 2.2: a server SHOULD ignore at least one empty line before the
+    request line (some clients send a CRLF after a body); http.server closed without a word."""
+    with serve() as server, socket.create_connection(server.server_address, timeout=3) as sock:
+        sock.sendall(b"\r\n\r\n" + HEALTHY)
+        assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"\n" + HEALTHY)  # on a kept-alive connection too
+        assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize("line", [b"   \r\n", b"\t\r\n" + HEALTHY, b"\r\n" * 50 + HEALTHY])
+def test_whitespace_or_endless_empty_lines_instead_of_a_request_line_get_400(
+    line: bytes,
+) -> None:
+    """Not a request line, so a 400 that says so rather than a silent close."""
+    with serve() as server, socket.create_connection(server.server_address, timeout=3) as sock:
+        sock.sendall(line)
+        answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert b"Connection: close" in answer
+
+
+def test_request_head_cut_off_by_eof_is_not_served() -> None:
+    """http.client.parse_headers takes EOF for the end of the head; an incomplete message
+    must not be processed (RFC 9112 section 8), so a half-closed partial head gets no scrape
+    (each one would otherwise cost a full render)."""
+    render = Render()
+    with serve(render=render) as server:
+        for head in (b"GET /metrics HTTP/1.1\r\nHost: x", b"GET /metrics HTTP/1.1\r\n"):
+            with socket.create_connection(server.server_address, timeout=3) as sock:
+                sock.sendall(head)
+                sock.shutdown(socket.SHUT_WR)
+                answer = read_all(sock)
+                assert answer.startswith(b"HTTP/1.1 400 "), answer
+                assert b"Incomplete request head" in answer
+        assert render.timeouts == []
+        # A complete head followed by EOF (nc -N, printf | nc) is still answered.
+        with socket.create_connection(server.server_address, timeout=3) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+        assert len(render.timeouts) == 1
 
 
 # --- 3. basic auth --------------------------------------------------------------------------
@@ -270,6 +413,34 @@ def test_failed_logins_are_limited_per_address(tmp_path: Path) -> None:
         # Another address is not affected.
         assert get_from(address, "127.0.0.3", basic("alice", "wrong"))[0] == 401
         assert get_from(address, "127.0.0.3", basic("bob", PASSWORD))[0] == 200
+
+
+def test_wrong_passwords_from_many_addresses_do_not_keep_out_cached_credentials(
+    tmp_path: Path,
+) -> None:
+    """A request whose password needs a check while every bcrypt worker is busy gets 429 at
+    once instead of waiting in its connection slot: enough waiting ones (wrong passwords
+    from many addresses) would hold every slot, and a scraper whose credentials are
+    verified already, needing no worker, would get 503."""
+    cfg = load_web_config(auth_server_config(tmp_path, {"prom": PASSWORD}, cost=13))
+    with serve(cfg, max_connections=8) as server, ThreadPoolExecutor(8) as pool:
+        address = server.server_address
+        assert get_from(address, "127.0.0.2", basic("prom", PASSWORD))[0] == 200  # cached
+        wrong = basic("prom", "wrong")
+        # Four addresses take the four workers (cost 13: about 0.5 s a check, alone)...
+        checking = [pool.submit(get_from, address, f"127.0.2.{i}", wrong) for i in range(1, 5)]
+        time.sleep(0.3)
+        # ... and four more find none free.
+        busy = [pool.submit(get_from, address, f"127.0.3.{i}", wrong) for i in range(1, 5)]
+        time.sleep(0.2)
+        status, _, seconds = get_from(address, "127.0.0.2", basic("prom", PASSWORD))
+        assert status == 200
+        assert seconds < 0.5
+        for future in busy:
+            status, headers, seconds = future.result()
+            assert (status, headers["Retry-After"]) == (429, "1")
+            assert seconds < 0.5
+        assert [f.result()[0] for f in checking] == [401] * 4
 
 
 def test_start_makes_no_bcrypt_hash(tmp_path: Path) -> None:

@@ -219,8 +219,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             setattr(args, dest, cls.default_enabled and not args.collector_disable_defaults)
     if args.command == "serve" and args.web_listen_address is None:
         args.web_listen_address = [DEFAULT_LISTEN]
-    if args.command == "serve" and not args.web_telemetry_path.startswith("/"):
-        build_parser().error("--web.telemetry-path must start with '/'")
+    if args.command == "serve":
+        from cephnode_exporter.web import telemetry_path_problem  # web only for serve
+
+        problem = telemetry_path_problem(args.web_telemetry_path)
+        if problem is not None:
+            build_parser().error(f"--web.telemetry-path {problem}")
     if args.command == "serve" and args.web_max_connections < 1:
         build_parser().error("--web.max-connections must be at least 1")
     return args

@@ -437,6 +437,10 @@ def _load_http(path: str, http: dict[str, Any]) -> dict[str, str]:
             continue  # blank means unset, as in the toolkit
         if any(c in value for c in "\r\n\0"):
             raise _error(path, key, "must not contain line breaks")
+        # A field value is visible ASCII, spaces and tabs (RFC 9110 section 5.5); http.server
+        # encodes headers as Latin-1 and would fail every response on a curly quote.
+        if not all(c == "\t" or " " <= c <= "~" for c in value):
+            raise _error(path, key, "must be printable ASCII (RFC 9110 field value)")
         if values and value.lower() not in values:
             raise _error(path, key, f"invalid value {value!r} (valid: {', '.join(values)})")
         headers[canonical] = value

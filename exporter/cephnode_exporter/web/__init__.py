@@ -34,7 +34,7 @@ from cephnode_exporter.web.request import (
     RenderFor,
     ScrapeOptions,
 )
-from cephnode_exporter.web.server import ExporterServer, make_server
+from cephnode_exporter.web.server import ExporterServer, make_server, telemetry_path_problem
 
 __all__ = [
     "CONTENT_TYPE",
@@ -53,4 +53,5 @@ __all__ = [
     "make_server",
     "parse_listen_address",
     "systemd_listeners",
+    "telemetry_path_problem",
 ]

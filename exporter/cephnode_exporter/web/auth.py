@@ -37,7 +37,7 @@ _AUTH_LOG_EVERY = 10.0  # seconds between "basic auth failed" log lines under a 
 _BCRYPT_MAX = 72  # bcrypt only ever used the first 72 bytes; bcrypt>=5 refuses longer input
 
 
-AUTH_OK, AUTH_DENIED, AUTH_THROTTLED = "ok", "denied", "throttled"
+AUTH_OK, AUTH_DENIED, AUTH_THROTTLED, AUTH_BUSY = "ok", "denied", "throttled", "busy"
 
 
 class _Peer:
@@ -62,7 +62,10 @@ class _BasicAuth:
       failed guesses cannot evict the scraper's entry.
     * Checks run in parallel (bcrypt releases the GIL), at most ``_AUTH_CONCURRENCY`` at
       once, and at most one per peer address: a flood from one address costs one core,
-      and never queues a different client's check behind it.
+      and never queues a different client's check behind it. Nothing ever waits for a
+      check to start: beyond ``_AUTH_CONCURRENCY`` the answer is AUTH_BUSY (429) at once,
+      because a connection waiting here would hold its connection slot, and enough of
+      them (wrong passwords from many addresses) would keep out even cached credentials.
     * A peer with ``max_failures`` failed checks within ``window`` seconds gets 429 for
       unverified credentials until the oldest failure leaves the window; cached ones still
       pass. Failed checks are logged at most once per ``_AUTH_LOG_EVERY`` seconds.
@@ -89,7 +92,8 @@ class _BasicAuth:
         self._unlogged = 0
 
     def check(self, header: str | None, client: str) -> tuple[str, float]:
-        """(AUTH_OK | AUTH_DENIED | AUTH_THROTTLED, seconds to wait when throttled)."""
+        """(AUTH_OK | AUTH_DENIED | AUTH_THROTTLED | AUTH_BUSY, seconds to wait when
+        throttled or busy)."""
         creds = _parse_basic(header)
         if creds is None:
             return AUTH_DENIED, 0.0  # no bcrypt run: not counted as a failed check
@@ -122,11 +126,17 @@ class _BasicAuth:
     def _verify(
         self, user: str, password: bytes, key: tuple[str, bytes], peer: _Peer, client: str
     ) -> tuple[str, float]:
+        if not self._checks.acquire(blocking=False):
+            with self._lock:
+                peer.checking = False
+            return AUTH_BUSY, 1.0  # not a failed check: nothing was checked
         hashed = self._users.get(user)
         ok = False
         try:
-            with self._checks:
+            try:
                 ok = bcrypt.checkpw(password[:_BCRYPT_MAX], hashed or self._decoy)
+            finally:
+                self._checks.release()
             ok = ok and hashed is not None
         finally:
             now = time.monotonic()

@@ -9,18 +9,20 @@ this module does not import :mod:`.server` (which builds handlers).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import http.server
 import io
 import logging
 import math
 import socket
+import struct
 import time
 from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from cephnode_exporter.web.auth import AUTH_OK, AUTH_THROTTLED, _BasicAuth
+from cephnode_exporter.web.auth import AUTH_BUSY, AUTH_OK, AUTH_THROTTLED, _BasicAuth
 from cephnode_exporter.web.request import (
     _LOG_MAX,
     CONTENT_TYPE,
@@ -43,6 +45,14 @@ log = logging.getLogger("cephnode_exporter.web")
 
 _MAX_LINE = 65536  # request line limit, as http.server's own handler uses
 _GZIP_LEVEL = 1  # exposition text compresses well even at the cheapest level; CPU matters more
+# Empty lines skipped before a request line: RFC 9112 section 2.2 says a server SHOULD
+# ignore at least one (some clients send a CRLF after a request body); more get a 400.
+_EMPTY_LINES = 4
+_EOL = (b"\r\n", b"\n")
+# Linux SIOCOUTQNSD, tcp(7): bytes in a socket's send queue not yet sent. They stay there
+# while the peer's receive window is closed, i.e. while it does not read.
+_SIOCOUTQNSD = 0x894B
+_UNSENT_POLL = 0.02  # seconds between looks at a stalled send queue
 
 
 class ConnectionServer(Protocol):
@@ -50,6 +60,7 @@ class ConnectionServer(Protocol):
 
     request_timeout: float
     header_timeout: float
+    write_timeout: float
     web_config: WebConfig | None
     auth: _BasicAuth | None
     telemetry_path: str
@@ -89,19 +100,60 @@ class _DeadlineReader(io.RawIOBase):
         return received
 
 
-class _SocketWriter(io.BufferedIOBase):
-    """Unbuffered writes with sendall(): a raw socket file may write only part of the data."""
+class _HeadReader(io.BufferedReader):
+    """A buffered reader that remembers the last line read.
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+    http.client.parse_headers ends the header block at an empty line or at EOF alike; the
+    last line tells a complete request head from one cut off by EOF.
+    """
+
+    last_line = b""
+
+    def readline(self, size: int | None = -1, /) -> bytes:
+        line = super().readline(size)
+        self.last_line = line
+        return line
+
+
+class _SocketWriter(io.BufferedIOBase):
+    """Unbuffered writes of whole buffers, bounded by the response's write deadline.
+
+    Not sendall() with a socket timeout: that bounds each call (the headers and the body
+    are two), and on a TLS socket each chunk, so a client reading a byte now and then
+    could make one response last for ever.
+    """
+
+    def __init__(self, handler: _Handler) -> None:
+        self._handler = handler
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        self._sock.sendall(data)
-        with memoryview(data) as view:
+        handler = self._handler
+        deadline = handler.write_deadline
+        if deadline is None:  # the response's first write
+            deadline = handler.write_deadline = time.monotonic() + handler.write_timeout
+        sock = handler.connection
+        with memoryview(data) as view, view.cast("B") as rest:
+            sent = 0
+            while sent < len(rest):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("response write deadline exceeded")
+                sock.settimeout(remaining)
+                sent += sock.send(rest[sent:])
             return view.nbytes
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes of the socket's send queue not yet sent; 0 where that cannot be known."""
+    try:
+        raw = fcntl.ioctl(sock.fileno(), _SIOCOUTQNSD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    unsent: int = struct.unpack("i", raw)[0]
+    return unsent
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -128,6 +180,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # The first request's head is due by head_deadline (counted from the accept or
         # the end of the TLS handshake); later ones get their own (handle_one_request).
         self.read_deadline = head_deadline
+        self.write_timeout = server.write_timeout
+        self.write_deadline: float | None = None  # of the response being written, or the last
         self.first_request = True
         super().__init__(request, client_address, server)  # type: ignore[arg-type]
 
@@ -137,9 +191,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # wait for the client's delayed ACK (40 ms) on every keep-alive response.
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = io.BufferedReader(_DeadlineReader(self), _MAX_LINE)
+        self.reader = _HeadReader(_DeadlineReader(self), _MAX_LINE)
         self.rfile = self.reader
-        self.wfile = _SocketWriter(self.connection)
+        self.wfile = _SocketWriter(self)
 
     def version_string(self) -> str:
         return self.server_version
@@ -160,11 +214,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header(name, value)
         super().end_headers()
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # The socket may still carry the nearly spent read deadline; give the write its own.
-        self.connection.settimeout(self.request_timeout)
-        super().send_error(code, message, explain)
-
     def handle_one_request(self) -> None:
         # Same steps as http.server's version, plus the deadlines, the slot accounting and
         # our own dispatch (so every method reaches _dispatch and gets a 405, not 501).
@@ -179,8 +228,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if not self.reader.peek(1):
                     self.close_connection = True
                     return
+                if not self._delivered():
+                    # Pipelined requests wait until the client takes the previous response:
+                    # one that does not read must not have more rendered for it.
+                    self.close_connection = True
+                    return
+                # The next request has begun: no longer closed at once for another.
+                # (An eviction racing this is harmless: the client retries.)
+                self.conn.between_requests = False
                 self.read_deadline = time.monotonic() + server.header_timeout
+            self.write_deadline = None
             self.raw_requestline = self.rfile.readline(_MAX_LINE + 1)
+            for _ in range(_EMPTY_LINES):
+                if self.raw_requestline not in _EOL:
+                    break
+                self.raw_requestline = self.rfile.readline(_MAX_LINE + 1)
             if len(self.raw_requestline) > _MAX_LINE:
                 self.requestline = self.request_version = self.command = ""
                 self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
@@ -188,13 +250,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not self.raw_requestline:
                 self.close_connection = True
                 return
+            if not self.raw_requestline.strip():
+                # Whitespace, or more empty lines than skipped: http.server would close
+                # without a word.
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.BAD_REQUEST, "Bad request line")
+                return
             if len(self.raw_requestline.split()) == 2:
                 self._refuse_http09()
                 return
             if not self.parse_request():  # sends 400/414/431 itself on bad input
                 return
-            # The request head is in; the response gets the full timeout to be written.
-            self.connection.settimeout(self.request_timeout)
+            if self.reader.last_line not in _EOL:
+                # EOF before the empty line that ends the head: an incomplete message is
+                # not processed (RFC 9112 section 8).
+                self.send_error(HTTPStatus.BAD_REQUEST, "Incomplete request head")
+                return
             refusal = server.begin_request(self.conn)
             try:
                 if refusal is None:
@@ -215,6 +286,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except TimeoutError:
             log.debug("request timed out", extra={"kv": {"client": self.address_string()}})
             self.close_connection = True
+
+    def _delivered(self) -> bool:
+        """Whether the previous response left the send queue before its write deadline.
+
+        Meanwhile the connection counts as between requests: a request that needs its
+        slot may close it.
+        """
+        deadline = self.write_deadline
+        while deadline is not None and _unsent(self.connection) > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.conn.evicted:
+                return False
+            time.sleep(min(_UNSENT_POLL, remaining))
+        return True
 
     def _refuse_http09(self) -> None:
         """Answer a request line without a version (HTTP/0.9) at once, and close.
@@ -245,6 +330,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._respond(
                     HTTPStatus.TOO_MANY_REQUESTS,
                     b"Too many failed logins from this address, try again later.\n",
+                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                    close=True,
+                )
+                return
+            if result == AUTH_BUSY:
+                # Every bcrypt worker is taken: come back rather than wait in a slot.
+                self.server.warn_throttled("all password checks busy, answering 429")
+                self._respond(
+                    HTTPStatus.TOO_MANY_REQUESTS,
+                    b"Too many password checks at once, try again later.\n",
                     headers={"Retry-After": str(max(1, math.ceil(wait)))},
                     close=True,
                 )
@@ -371,9 +466,13 @@ class _Conn:
     counting at once, because its slot went to the request that evicted it.
     ``idle_since``: when it last had no request in progress (its start, or the end of its
     last response); None while a request is served.
+    ``between_requests``: it has been answered and kept alive, and no byte of its next
+    request has been read: it may be closed at once for a request that needs its slot
+    (RFC 9112 section 9.5), as clients retry an idempotent request on a reused connection
+    closed before any response byte. A new connection gets IDLE_GRACE instead.
     """
 
-    __slots__ = ("client", "counted", "evicted", "idle_since", "slot", "sock")
+    __slots__ = ("between_requests", "client", "counted", "evicted", "idle_since", "slot", "sock")
 
     def __init__(self, sock: socket.socket, client: Any, slot: bool, now: float) -> None:
         self.sock = sock
@@ -382,3 +481,4 @@ class _Conn:
         self.counted = True
         self.idle_since: float | None = now
         self.evicted = False
+        self.between_requests = False

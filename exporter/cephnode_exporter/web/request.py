@@ -56,6 +56,10 @@ HANDSHAKE_TIMEOUT = 5.0
 # Keep-alive connections may be closed when idle (RFC 9112, section 9.5), and a new one
 # has had ample time to send its request.
 IDLE_GRACE = 1.0
+# Writing one response (status line, headers and body) may take this long at most (and no
+# longer than the request timeout): a client that does not read must not hold its slot
+# for long. A 45 KB scrape takes milliseconds on a LAN.
+WRITE_TIMEOUT = 10.0
 _LOG_MAX = 300  # characters of client-supplied text in one debug log line
 _LOG_USER = 64  # characters of a client-supplied user name in a log line
 

@@ -32,6 +32,7 @@ from cephnode_exporter.web.request import (
     HEALTHY_PATH,
     IDLE_GRACE,
     READY_PATH,
+    WRITE_TIMEOUT,
     Render,
     RenderFor,
     _landing_page,
@@ -61,6 +62,7 @@ def make_server(
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     render_for: RenderFor | None = None,
     listeners: Sequence[socket.socket] | None = None,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> ExporterServer:
     """Bind the listening sockets and return a server ready for ``serve_forever()``.
 
@@ -76,7 +78,8 @@ def make_server(
     ``request_timeout`` bounds writing a response and a keep-alive connection's wait for
     its next request; ``header_timeout`` the arrival of a request head (from the
     connection's start, or from the first byte on a kept-alive one) and
-    ``handshake_timeout`` the TLS handshake; both are capped at ``request_timeout``.
+    ``handshake_timeout`` the TLS handshake, ``write_timeout`` writing one response;
+    all three are capped at ``request_timeout``.
     Raises ValueError for a bad address or argument; bind errors (address in use,
     permission denied) propagate as OSError, and no socket stays bound then.
     """
@@ -87,21 +90,16 @@ def make_server(
         # Every address is checked before any is bound: a typo in the second one must not
         # leave the first bound by a process that is about to exit.
         parsed = [(address, *parse_listen_address(address)) for address in addresses]
-    if not telemetry_path.startswith("/") or any(
-        c.isspace() or ord(c) < 32 for c in telemetry_path
-    ):
-        raise ValueError(
-            f"invalid telemetry path {telemetry_path!r}: "
-            "must start with '/' and contain no spaces or control characters"
-        )
-    if telemetry_path in (HEALTHY_PATH, READY_PATH):
-        raise ValueError(f"invalid telemetry path {telemetry_path!r}: reserved for probes")
+    problem = telemetry_path_problem(telemetry_path)
+    if problem is not None:
+        raise ValueError(f"invalid telemetry path {telemetry_path!r}: {problem}")
     if max_connections < 1:
         raise ValueError("max_connections must be at least 1")
     for name, value in (
         ("request_timeout", request_timeout),
         ("header_timeout", header_timeout),
         ("handshake_timeout", handshake_timeout),
+        ("write_timeout", write_timeout),
     ):
         if not value > 0:
             raise ValueError(f"{name} must be positive")
@@ -130,6 +128,7 @@ def make_server(
             request_timeout=request_timeout,
             header_timeout=min(header_timeout, request_timeout),
             handshake_timeout=min(handshake_timeout, request_timeout),
+            write_timeout=min(write_timeout, request_timeout),
         )
     except BaseException:
         for sock in socks:
@@ -152,6 +151,16 @@ def make_server(
     return server
 
 
+def telemetry_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the metrics path, or None."""
+    # '?' and '#' start the query and the fragment: no request's path could match.
+    if not path.startswith("/") or any(c.isspace() or ord(c) < 32 or c in "?#" for c in path):
+        return "must start with '/' and contain no spaces, control characters, '?' or '#'"
+    if path in (HEALTHY_PATH, READY_PATH):
+        return "reserved for probes"
+    return None
+
+
 class ExporterServer(socketserver.TCPServer):
     """A TCP server with a thread per connection, bounded in number, and optional TLS.
 
@@ -162,9 +171,10 @@ class ExporterServer(socketserver.TCPServer):
 
     Connections take one of ``max_connections`` slots when accepted. Beyond those, a few
     overflow connections read their request: it takes a slot freed meanwhile, or the slot
-    of the longest idle connection (idle for at least IDLE_GRACE), or gets a quick 503.
-    So peers that connect and send nothing, or trickle, cannot keep a scraper out for
-    longer than IDLE_GRACE, while requests in progress are never cut.
+    of the longest idle connection (a kept-alive one between requests, or one idle for at
+    least IDLE_GRACE), or gets a quick 503. So peers that connect and send nothing, or
+    trickle, cannot keep a scraper out for longer than IDLE_GRACE, nor can keep-alive
+    clients that send a request now and then; requests in progress are never cut.
     """
 
     allow_reuse_address = True  # restart without waiting for TIME_WAIT to clear
@@ -182,6 +192,7 @@ class ExporterServer(socketserver.TCPServer):
         header_timeout: float = HEADER_TIMEOUT,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         render_for: RenderFor | None = None,
+        write_timeout: float = WRITE_TIMEOUT,
     ) -> None:
         if not listeners:
             raise ValueError("no listening sockets")
@@ -197,6 +208,7 @@ class ExporterServer(socketserver.TCPServer):
         self.request_timeout = request_timeout
         self.header_timeout = header_timeout
         self.handshake_timeout = handshake_timeout
+        self.write_timeout = min(write_timeout, request_timeout)
         self.max_connections = max_connections
         self.landing_page = _landing_page(telemetry_path)
         self.ssl_context = web_config.ssl_context if web_config else None
@@ -426,19 +438,24 @@ class ExporterServer(socketserver.TCPServer):
     def end_request(self, conn: _Conn) -> None:
         with self._lock:
             conn.idle_since = time.monotonic()
+            conn.between_requests = True
             self._changed.notify_all()
 
     def _longest_idle(self, slot: bool, idle_before: float) -> _Conn | None:
-        """The connection of the kind idle the longest, if idle since before ``idle_before``.
+        """The connection of the kind idle the longest, among those idle since before
+        ``idle_before`` and those kept alive between requests (whatever their idle time:
+        RFC 9112 section 9.5 lets a server close those at any time).
 
         A linear scan: it runs only when every slot is taken, over at most
         max_connections + max_overflow connections.
         """
         best: _Conn | None = None
-        best_since = idle_before
+        best_since = math.inf
         for c in self._conns:
             since = c.idle_since
-            if c.slot == slot and c.counted and since is not None and since <= best_since:
+            if c.slot != slot or not c.counted or since is None:
+                continue
+            if (since <= idle_before or c.between_requests) and since < best_since:
                 best, best_since = c, since
         return best
 
