@@ -207,3 +207,43 @@ def test_cpuidle_on_a_kernel_without_above_below_rejected(make_tree: MakeTree) -
         assert value(result, "cephnode_cpu_idle_state_rejected_total", state="C2") is None
         assert value(result, "cephnode_cpu_idle_state_entries_total", state="C2") is not None
         assert value(result, "cephnode_cpu_idle_state_enabled_cpus", state="C2") == 96
+
+
+def test_cpuidle_states_listed_twice_are_counted_once(make_tree: MakeTree) -> None:
+    """drivers/cpuidle/sysfs.c names a CPU's states state0..N-1, each state once: a
+    copied state directory or "state02" beside "state2" is left out, not exported as a
+    repeated series (per-CPU) or a fifth CPU of four (summed), and is a read error on
+    every scrape, also once the CPU's states are cached."""
+    import shutil
+
+    from cephnode_exporter.hostfs import HostFS
+    from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+
+    from tests.test_hardening_files import ONLY_CPU, cpu_node
+
+    tree = make_tree(cpu_node("epyc9454p-detuned"))
+    cpus = tree.sys / "devices/system/cpu"
+    shutil.copytree(cpus / "cpu0/cpuidle/state2", cpus / "cpu0/cpuidle/state3")
+    shutil.copytree(cpus / "cpu1/cpuidle/state2", cpus / "cpu1/cpuidle/state02")
+    per_cpu = collect([*tree.flags, *ONLY_CPU, "--collector.cpuidle.per-cpu"])
+    keys = [
+        (s.name, tuple(sorted(s.labels.items())))
+        for f in per_cpu.families()
+        if f.name.startswith("cephnode_cpu_idle_state")
+        for s in f.samples
+    ]
+    assert keys and len(keys) == len(set(keys))
+    assert value(per_cpu, "cephnode_cpu_idle_state_enabled_cpus", state="C2", cpu="0") == 1
+    summed = collect([*tree.flags, *ONLY_CPU])
+    assert value(summed, "cephnode_cpu_idle_state_enabled_cpus", state="C2") == 4
+    assert value(summed, "cephnode_scrape_collector_read_errors", collector="cpuidle") == 2
+    reader = CPUIdleReader(HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs)))
+    try:
+        for _ in range(3):  # the first read, then the cached layout, read whole
+            idle = reader.read()
+            assert [len(s) for s in idle.cpus.values()] == [3, 3, 3, 3]
+            assert len(idle.errors) == 2 and set(idle.unread) == {0, 1}
+            assert "state3: state name 'C2' seen twice" in idle.unread[0]
+            assert "state02: not a state directory name" in idle.unread[1]
+    finally:
+        reader.close()

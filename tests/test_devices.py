@@ -887,3 +887,18 @@ def test_acquire_real_sys_runs_the_monitor() -> None:
     finally:
         devices.release(d)
     assert monitor_threads() == []
+
+
+def test_a_class_entry_named_in_invalid_utf8_is_a_counted_error(tree: SysTree) -> None:
+    """Linux allows any byte but '/' in an interface name; one that is not UTF-8 can be
+    no label value, and failed the encoding of the whole exposition. Discovery leaves it
+    out and counts it, naming it readably."""
+    tree.net("eth\udcff2")  # the byte 0xff, as os.listdir hands it back
+    tree.net("eth1\u00b2")  # valid UTF-8 (a superscript two): kept, and sorts
+    enum = SysfsDevices(tree.fs).enumerate()
+    assert [e.message for e in enum.errors] == [
+        f"{tree.root}/class/net/eth\\xff2: name is not valid UTF-8: 'eth\\xff2'"
+    ]
+    assert enum.errors[0].device_class is DeviceClass.NET
+    assert "eth1\u00b2" in names(enum, NetInterface)
+    assert not any("\udcff" in n for n in names(enum, NetInterface))

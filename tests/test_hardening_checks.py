@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,71 @@ def test_an_empty_governor_is_a_read_error(make_tree: MakeTree) -> None:
     assert value(result, "cephnode_scrape_collector_read_errors", collector="cpufreq") == 1
     assert value(result, "cephnode_cpu_scaling_governor_cpus", governor="") is None
     assert value(result, "cephnode_cpu_scaling_governor_cpus", governor="performance") == 3
+
+
+def _lose_cpuidle(cpu0: Path, how: str) -> None:
+    if how == "missing":
+        (cpu0 / "cpuidle").rename(cpu0 / "cpuidle.x")
+    elif how == "link to /":
+        (cpu0 / "cpuidle").rename(cpu0 / "cpuidle.x")
+        (cpu0 / "cpuidle").symlink_to("/")
+    else:  # its deepest state directory
+        shutil.rmtree(cpu0 / "cpuidle" / "state2")
+
+
+@pytest.mark.parametrize("how", ["missing", "link to /", "last state missing"])
+def test_an_online_cpu_that_lost_its_idle_states_is_unknown_not_a_pass(
+    make_tree: MakeTree, how: str
+) -> None:
+    """The cpuidle driver registers every CPU it covers (cpuidle_register()), with the
+    same states: an online CPU without its directory, or with fewer states, hides what
+    it would show (here the only CPU with C2 enabled), so the node cannot pass."""
+    tree = make_tree(cpu_node("epyc9454p-tuned"))
+    cpu0 = tree.root / CPU / "cpu0"
+    (cpu0 / "cpuidle/state2/disable").write_text("0\n")
+    _lose_cpuidle(cpu0, how)
+    _, results, _ = report(tree, *ONLY_CPU)
+    cstates = results["cpu.cstates"]
+    assert cstates["status"] == "unknown", cstates
+    assert "idle states of 1 CPUs unreadable (cpu0: " in cstates["observed"]
+    result = collect([*tree.flags, *ONLY_CPU])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="cpuidle") == 1
+
+
+def test_an_online_cpu_without_its_cpufreq_directory_is_unknown_not_a_pass(
+    make_tree: MakeTree,
+) -> None:
+    """cpufreq adds a policy for every CPU its one driver drives: an online CPU whose
+    ``cpufreq`` link is gone (here the only CPU on powersave) is unread, not a CPU
+    without cpufreq, and the governor check cannot pass on the others."""
+    tree = make_tree(cpu_node("epyc9454p-tuned"))
+    (tree.root / CPU / "cpufreq/policy0/scaling_governor").write_text("powersave\n")
+    (tree.root / CPU / "cpu0/cpufreq").unlink()
+    _, results, _ = report(tree, *ONLY_CPU)
+    governor = results["cpu.governor"]
+    assert governor["status"] == "unknown", governor
+    assert "performance on 3/4 CPUs" in governor["observed"]
+    assert (
+        "cpu0: " in governor["observed"]
+        and "other online CPUs have cpufreq" in (governor["observed"])
+    )
+    result = collect([*tree.flags, *ONLY_CPU])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="cpufreq") == 1
+
+
+def test_a_node_without_cpufreq_or_a_cpuidle_driver_is_still_skipped(make_tree: MakeTree) -> None:
+    """No CPU with cpufreq, or no cpuidle driver, is a node without them (a VM): the
+    checks do not apply, and nothing is a read error."""
+    desc = cpu_node("epyc9454p-tuned")
+    desc.pop("cpufreq")
+    desc["cpuidle"]["driver"] = "none"
+    tree = make_tree(desc)
+    _, results, _ = report(tree, *ONLY_CPU)
+    assert results["cpu.governor"]["status"] == "skip", results["cpu.governor"]
+    assert results["cpu.cstates"]["status"] == "skip", results["cpu.cstates"]
+    result = collect([*tree.flags, *ONLY_CPU])
+    for collector in ("cpufreq", "cpuidle"):
+        assert value(result, "cephnode_scrape_collector_read_errors", collector=collector) == 0
 
 
 # --- sysctls --------------------------------------------------------------------------

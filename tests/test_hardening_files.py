@@ -5,6 +5,7 @@ that are not small regular files (docs/limits.md)."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import threading
@@ -29,6 +30,7 @@ from cephnode_exporter.hostfs import (
 )
 from cephnode_exporter.hostfs.cpu import online_cpus
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+from cephnode_exporter.hostfs.process import parse_stat, parse_status, read_allocator
 from cephnode_exporter.safeio import MAX_CONFIG_BYTES, ConfigFileError, read_config_text
 
 from tests.conftest import MakeTree, Tree, collect, run_cli, value
@@ -347,3 +349,77 @@ def test_a_deeply_nested_web_config_exits_2_with_one_line(
     assert len(lines) == 1 and "web config" in lines[0], proc.stderr
     # Our bound, or past a thousand levels libyaml's own: one line either way.
     assert "nested deeper than 32" in lines[0] or "nesting depth" in lines[0], proc.stderr
+
+
+# --- one CPU's bad file costs one read error, not the collector ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "collector"),
+    [("cpu1/microcode/version", "firmware"), ("cpu1/cpufreq/scaling_cur_freq", "cpuhw")],
+)
+def test_non_utf8_bytes_in_one_cpus_file_are_one_read_error(
+    make_tree: MakeTree, rel: str, collector: str
+) -> None:
+    """The per-file fallback decoded strictly and caught no UnicodeDecodeError: BIOS,
+    product and kernel facts (or every CPU's frequency) were lost for one CPU's file."""
+    tree = make_tree(cpu_node())
+    (tree.root / CPU / rel).write_bytes(b"\xff\xfe\xc3\x28\x80abc\n")
+    result = collect([*tree.flags, *ONLY_CPU])
+    assert value(result, "cephnode_scrape_collector_success", collector=collector) == 1
+    assert value(result, "cephnode_scrape_collector_read_errors", collector=collector) == 1
+    assert rel in outcome(result, collector).facts.errors.items[0]
+
+
+def test_a_fifo_as_cpuinfo_avg_freq_is_a_read_error_not_an_idle_cpu(make_tree: MakeTree) -> None:
+    """cpuinfo_avg_freq fails with EINVAL for a CPU without a recent sample; the refusal
+    of a FIFO carried EINVAL too and was counted as an idle CPU."""
+    desc = cpu_node()
+    desc["cpufreq"]["avg_freq"] = True
+    tree = make_tree(desc, faults={f"{CPU}/cpufreq/policy1/cpuinfo_avg_freq": "fifo"})
+    result = collect([*tree.flags, *ONLY_CPU])
+    src = {"source": "cpuinfo_avg_freq"}
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="cpuhw") == 1
+    assert "not a regular file (FIFO)" in outcome(result, "cpuhw").facts.errors.items[0]
+    assert value(result, "cephnode_cpu_achieved_frequency_cpus", state="idle", **src) == 0
+
+
+@pytest.mark.parametrize("text", ["\u0660", "4_0_0"])
+def test_a_cstate_latency_no_kernel_prints_is_unknown_not_a_pass(
+    make_tree: MakeTree, text: str
+) -> None:
+    """The detuned node has C2 enabled (fail); a C2 exit latency int() reads as 0 or 400
+    made it pass ("no deep state enabled") without a read error."""
+    tree = make_tree(cpu_node())
+    for latency in (tree.root / CPU).glob("cpu[0-9]*/cpuidle/state2/latency"):
+        latency.write_text(f"{text}\n")
+    result = collect([*tree.flags, *ONLY_CPU])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="cpuidle") >= 1
+    proc = run_cli("check", "--format", "json", *tree.flags, *ONLY_CPU)
+    (cstates,) = [r for r in json.loads(proc.stdout)["results"] if r["check"] == "cpu.cstates"]
+    assert cstates["status"] != "pass", cstates
+
+
+# --- /proc files opened with open_regular --------------------------------------------------
+
+
+def test_read_allocator_refuses_a_fifo_at_once(tmp_path: Path) -> None:
+    """/proc/<pid>/maps was opened with open(), which blocks on a FIFO until a writer
+    comes; open_regular refuses it and names it."""
+    (tmp_path / "42").mkdir()
+    os.mkfifo(tmp_path / "42" / "maps")
+    error = finishes(lambda: read_allocator(HostFS(procfs=str(tmp_path)), 42))
+    assert isinstance(error, OSError) and "not a regular file (FIFO)" in str(error), error
+
+
+def test_process_counts_no_kernel_prints_are_parse_errors() -> None:
+    """isdigit() takes "²" (int() then raises ValueError, uncaught) and 5000 digits."""
+    fields = ["S"] + ["0"] * 50
+    for bad in ("\u00b2", "9" * 5000, "\u0663"):
+        fields[11] = bad  # utime, field 14
+        with pytest.raises(ParseError, match="field 14"):
+            parse_stat("1 (ceph-osd) " + " ".join(fields))
+        status = f"Name:\tx\nThreads:\t{bad}\nCpus_allowed_list:\t0-3\n"
+        status += "voluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t2\n"
+        with pytest.raises(ParseError, match="Threads"):
+            parse_status(status)

@@ -12,14 +12,18 @@ import pytest
 from cephnode_exporter.hostfs import (
     AttrFiles,
     HostFS,
+    NotRegularFileError,
     ParseError,
+    batch,
     parse_cpulist,
     read_int,
+    read_small_int,
     read_text,
 )
 from cephnode_exporter.hostfs.cmdline import parse_cmdline
 from cephnode_exporter.hostfs.cpufreq import read_cpufreq
 from cephnode_exporter.hostfs.cpuidle import CPUIdleReader
+from cephnode_exporter.hostfs.names import natural_key
 from cephnode_exporter.hostfs.pmqos import read_cpu_latency_limit_us
 
 from tests.conftest import MakeTree, Tree, need_root, need_tool
@@ -282,3 +286,85 @@ def test_pm_qos_limit(tmp_path: Path) -> None:
     (tmp_path / "dev/cpu_dma_latency").write_bytes(b"\x01\x02")
     with pytest.raises(ParseError, match="4 bytes"):
         read_cpu_latency_limit_us(fs)
+
+
+# --- numbers as the kernel prints them ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u0660",  # ARABIC-INDIC DIGIT ZERO: int() reads 0
+        "\u0669\u0660\u0660\u0660",  # 9000
+        "\u00b2",  # SUPERSCRIPT TWO: isdigit() but not int()
+        "9_000",
+        "4_0_0",
+        "1" * 21,  # beyond any u64
+        "9" * 5000,  # int() raises past 4300 digits
+        "0x10",
+        "1 2",
+        "",
+    ],
+)
+def test_integer_reads_take_only_what_the_kernel_prints(tmp_path: Path, text: str) -> None:
+    """int() takes Unicode digits, "_" and any length; the kernel prints ASCII digits
+    (lib/vsprintf.c). Anything else is a ParseError (a counted read error), never a
+    value: U+0660 as a C-state latency once made a detuned node pass."""
+    path = tmp_path / "attr"
+    path.write_bytes(text.encode() + b"\n")
+    files = AttrFiles(budget=4)
+    readers = [read_int, read_small_int, files.read_int] if len(text) < 60 else [read_int]
+    for read in readers:
+        with pytest.raises(ParseError, match="not an integer"):
+            read(str(path))
+    files.close_all()
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("0\n", 0),
+        (" -1\n", -1),
+        ("+5", 5),
+        (f"{2**64 - 1}\n", 2**64 - 1),
+        (f"{-(2**63) + 1}", -(2**63) + 1),
+    ],
+)
+def test_integer_reads_agree_with_the_compiled_parser(
+    tmp_path: Path, text: str, number: int
+) -> None:
+    """The per-file read is the fallback of the batched one (batch.py): both take the
+    same texts, so a file does not read differently on the two paths."""
+    path = tmp_path / "attr"
+    path.write_text(text)
+    assert read_int(str(path)) == read_small_int(str(path)) == number
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert batch.pread_ints([fd]) == [number]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("text", ["\u0660-\u0663", "1_0", "0- 3", "+1", "0-3,\u0665"])
+def test_parse_cpulist_refuses_digits_no_kernel_prints(text: str) -> None:
+    """%*pbl prints ASCII digits, "-" and ","; int() would take "٣", "1_0" and " 3"."""
+    with pytest.raises(ValueError, match="bad cpulist"):
+        parse_cpulist(text)
+
+
+def test_natural_key_counts_only_ascii_digit_runs() -> None:
+    """ "eth1²" is a valid interface name; isdigit() took "²" for a number and int()
+    raised, failing whatever sorted the names."""
+    names = ["nvme10", "eth1\u00b2", "nvme2", "eth\u0663", "eth1"]
+    assert sorted(names, key=natural_key) == ["eth1", "eth1\u00b2", "eth\u0663", "nvme2", "nvme10"]
+
+
+def test_a_refused_file_is_not_the_kernels_einval(tmp_path: Path) -> None:
+    """Callers take EINVAL from an attribute as the kernel's answer (no speed, no
+    writeback throttling, no sample): a FIFO refused with EINVAL vanished uncounted."""
+    fifo = tmp_path / "speed"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file") as caught:
+        read_text(str(fifo))
+    assert caught.value.errno not in (errno.EINVAL, errno.EAGAIN, errno.EBUSY, errno.ENODATA)
+    assert NotRegularFileError(str(fifo), 0o010644).errno == caught.value.errno

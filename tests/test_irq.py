@@ -456,3 +456,96 @@ def test_managed_vector_with_a_garbage_mask_is_unknown(make_tree: MakeTree) -> N
     assert r.status == Status.UNKNOWN  # type: ignore[attr-defined]
     assert "garbage" in r.observed  # type: ignore[attr-defined]
     assert value(result, "cephnode_device_irqs", device="nvme0", kind="nvme") is None
+
+
+# ----------------------------------------------------------------------------- hostile trees
+
+FIRST_PORT = 110 + 10 * 97  # the first port's vectors: 1080 to 1176
+
+
+def test_empty_effective_lists_of_a_port_are_unknown_not_a_pass(make_tree: MakeTree) -> None:
+    """Only a kernel-managed vector whose CPUs are all offline lists no CPU; a port's
+    vectors with empty lists are unreadable, not "97 interrupts on 0 CPUs" (a pass)."""
+    tree = make_tree("epyc9454p-detuned")
+    for n in range(FIRST_PORT, FIRST_PORT + 97):
+        (tree.proc / "irq" / str(n) / "effective_affinity_list").write_text("")
+    result = collect(tree.flags)
+    r = results(result)[PORTS[0]]
+    assert r.status == Status.UNKNOWN, r  # type: ignore[attr-defined]
+    assert "effective_affinity_list: empty" in r.observed  # type: ignore[attr-defined]
+    assert value(result, "cephnode_device_irq_cpus", device=PORTS[0], kind="net") is None
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="irq") == 97
+    assert results(result)[PORTS[1]].status == Status.FAIL  # type: ignore[attr-defined]
+
+
+def test_a_device_whose_interrupts_no_cpu_serves_is_unknown() -> None:
+    """Managed vectors may all list no CPU (shut down): nothing is served, so the
+    device's placement cannot pass."""
+    from cephnode_exporter.checks.irq import affinity
+    from cephnode_exporter.hostfs.irq import IRQ, DeviceIRQs, IRQFacts
+
+    dev = DeviceIRQs("nvme0", "nvme", "0000:01:00.0", 0)
+    dev.irqs = [IRQ(n, frozenset({n}), frozenset(), managed=True) for n in (1, 2)]
+    (finding,) = affinity(IRQFacts(devices=[dev], node_cpus={0: frozenset({0, 1})}), {})
+    assert finding.unknown and finding.deviates is None, finding
+    assert "no CPU serves any of its 2 interrupts" in finding.observed
+
+
+def test_a_missing_affinity_file_of_a_requested_irq_is_unknown_not_unused(
+    make_tree: MakeTree,
+) -> None:
+    """``/proc/irq/<N>`` there means a handler was requested: a missing affinity file
+    in it is a read error, not a vector the device does not use (SKIP)."""
+    tree = make_tree("epyc9454p-detuned")
+    for n in range(FIRST_PORT, FIRST_PORT + 97):
+        (tree.proc / "irq" / str(n) / "smp_affinity_list").unlink()
+    result = collect(tree.flags)
+    r = results(result)[PORTS[0]]
+    assert r.status == Status.UNKNOWN, r  # type: ignore[attr-defined]
+    assert f"irq/{FIRST_PORT}/smp_affinity_list" in r.observed  # type: ignore[attr-defined]
+    assert value(result, "cephnode_device_irqs", device=PORTS[0], kind="net") is None
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="irq") == 97
+
+
+def test_a_missing_proc_irq_makes_every_device_unknown_once(make_tree: MakeTree) -> None:
+    """procfs always has /proc/irq (kernel/irq/proc.c init_irq_proc): without it no
+    device's interrupts can be placed, which is unknown with one error per device, not
+    "no interrupts requested" for devices whose msi_irqs list vectors."""
+    tree = make_tree("epyc9454p-detuned")
+    (tree.proc / "irq").rename(tree.proc / "irq.gone")
+    result = collect(tree.flags)
+    found = results(result)
+    assert set(found) == {*NVME, *PORTS}
+    for r in found.values():
+        assert r.status == Status.UNKNOWN, r  # type: ignore[attr-defined]
+        assert "procfs without /proc/irq" in r.observed  # type: ignore[attr-defined]
+    assert value(result, "cephnode_device_irqs", device="nvme0", kind="nvme") is None
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="irq") == 12
+
+
+def test_msi_names_the_kernel_never_writes_are_not_counted_twice(make_tree: MakeTree) -> None:
+    """msi_irqs entries are named "%d": "01080" beside "1080" is the same IRQ, not a
+    98th vector; such names are left out and counted as read errors on every scrape,
+    also when the listing is taken from the reader's cache."""
+    from cephnode_exporter.cli import parse_args
+    from cephnode_exporter.collectors.base import CollectorContext
+    from cephnode_exporter.collectors.irq import IRQCollector
+
+    tree = make_tree("epyc9454p-detuned")
+    msi = tree.sys / "class" / "net" / PORTS[0] / "device" / "msi_irqs"
+    for name in ("01080", "001081", "\u0661\u0660\u0668\u0662"):  # Arabic-Indic "1082"
+        (msi / name).write_text("msix\n")
+    result = collect(tree.flags)
+    assert value(result, "cephnode_device_irqs", device=PORTS[0], kind="net") == 97
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="irq") == 1
+    assert results(result)[PORTS[0]].status == Status.FAIL  # type: ignore[attr-defined]
+    fs = HostFS(str(tree.proc), str(tree.sys), str(tree.rootfs))
+    collector = IRQCollector(CollectorContext(fs, parse_args(["dump", *tree.flags]), None))
+    try:
+        for _ in range(2):
+            facts = collector.read()
+            (port,) = [d for d in facts.devices if d.device == PORTS[0]]
+            assert len(port.irqs) == 97
+            assert len(facts.errors) == 1 and "01080" in facts.errors.items[0]
+    finally:
+        collector.close()

@@ -30,9 +30,11 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.checks import load_all
-from cephnode_exporter.collection import Collection
+from cephnode_exporter.cli import exposition
+from cephnode_exporter.collection import Collection, state_hash
 from cephnode_exporter.collectors import REGISTRY
 from cephnode_exporter.devices import NetInterface, SysfsDevices
+from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors, inet
 from cephnode_exporter.hostfs import net as hostnet
 from cephnode_exporter.hostfs.ethtool import (
@@ -63,6 +65,7 @@ from cephnode_exporter.hostfs.net import (
     read_interface,
 )
 from cephnode_exporter.profile import ProfileError, load_profile
+from prometheus_client.core import GaugeMetricFamily
 
 from tests.conftest import (
     GOLDEN,
@@ -1405,3 +1408,129 @@ def test_ceph_listeners_agree_with_ss() -> None:
         for lst in inet.parse_tcp_listeners(inet.read_lines(path), family, path)
     }
     assert mine == shown
+
+
+# --- numbers and names no kernel prints --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["\u0669\u0660\u0660\u0660", "9_000", str(2**70), "2147483648", " +\u0663"]
+)
+def test_parse_mtu_refuses_numbers_the_kernel_never_prints(text: str) -> None:
+    """int() takes Unicode digits, "_" and any size; dev->mtu is printed "%d" in ASCII
+    and dev_validate_mtu() keeps it within INT_MAX."""
+    with pytest.raises(ParseError, match="mtu"):
+        parse_mtu(text, "/sys/class/net/x/mtu")
+
+
+@pytest.mark.parametrize("text", ["\u0661\u0660\u0660", "100_000", str(2**70), "2147483648"])
+def test_parse_speed_and_numa_node_refuse_numbers_the_kernel_never_prints(text: str) -> None:
+    """The same for the speed ("%d" of a u32) and the NUMA node (below MAX_NUMNODES)."""
+    with pytest.raises(ParseError):
+        parse_speed(text)
+    with pytest.raises(ParseError):
+        parse_numa_node(text)
+    with pytest.raises(ParseError):
+        parse_numa_node("1024")  # MAX_NUMNODES is at most 1 << 10
+
+
+def test_an_mtu_in_arabic_digits_is_unknown_not_a_pass(make_tree: MakeTree) -> None:
+    """ens1f1np1 has MTU 1500 (warn); "٩٠٠٠" once read as 9000 and passed, silently."""
+    tree = make_tree(small())
+    (tree.root / "sys/class/net/ens1f1np1/mtu").write_text("\u0669\u0660\u0660\u0660\n")
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert "not an MTU" in net_outcome(result).facts.errors.items[0]
+    _, results = check_results(tree, *only_net())
+    assert results[("net.mtu", "ens1f1np1")]["status"] == "unknown"
+
+
+def _rename_port(tree: Tree, new: bytes) -> None:
+    """Rename ens1f1np1 in the tree to the raw bytes ``new`` (Linux allows any byte in
+    a name but '/', ':' and whitespace)."""
+    d = os.fsencode(tree.root / NETDIR.format(fn=1, name="")).rstrip(b"/") + b"/"
+    os.rename(d + b"ens1f1np1", d + new)
+    link = os.fsencode(tree.sys / "class/net") + b"/"
+    os.unlink(link + b"ens1f1np1")
+    os.symlink(b"../../devices/pci0000:40/0000:40:01.1/0000:41:00.1/net/" + new, link + new)
+    rings = os.fsencode(tree.root / ETHTOOL_FIXTURE_DIR) + b"/"
+    os.rename(rings + b"ens1f1np1", rings + new)
+
+
+def test_a_port_named_in_invalid_utf8_is_a_read_error_not_a_failed_scrape(
+    make_tree: MakeTree,
+) -> None:
+    """A name that is not UTF-8 could be no label value: the exposition failed to encode,
+    and every /metrics answered 500. Discovery leaves such a port out and counts it."""
+    tree = make_tree(small())
+    _rename_port(tree, b"ens\xff1")
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_success", collector="net") == 1
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert "ens\\xff1" in net_outcome(result).facts.errors.items[0]
+    assert devices_seen(result) == {"ens1f0np0"}
+    text = exposition(result).decode("utf-8")  # valid UTF-8 throughout
+    assert 'device="ens1f0np0"' in text
+
+
+def test_a_driver_link_to_an_invalid_utf8_name_is_a_read_error(make_tree: MakeTree) -> None:
+    """The driver label came from readlink unchecked: one bad byte failed the encoding."""
+    tree = make_tree(small())
+    link = os.fsencode(tree.root / NETDIR.format(fn=1, name="")).rstrip(b"/")
+    link = link.rsplit(b"/", 1)[0] + b"/driver"
+    target = os.readlink(link)
+    os.unlink(link)
+    os.symlink(target + b"\xff", link)
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert "not valid UTF-8" in net_outcome(result).facts.errors.items[0]
+    info = [
+        dict(labels)
+        for name, labels in samples(result)
+        if name == "cephnode_network_device_info" and ("device", "ens1f1np1") in labels
+    ]
+    assert [i["driver"] for i in info] == [""]
+    exposition(result).decode("utf-8")
+
+
+def test_a_label_that_cannot_be_encoded_does_not_fail_the_exposition() -> None:
+    """Belt and braces behind the check at the source: one bad label is escaped, not a
+    failed scrape."""
+    family = GaugeMetricFamily("cephnode_x", "x", labels=["device"])
+    family.add_metric(["ens\udcff1"], 1.0)
+    assert encode([family]) == (
+        b'# HELP cephnode_x x\n# TYPE cephnode_x gauge\ncephnode_x{device="ens\\udcff1"} 1.0\n'
+    )
+    assert state_hash([("ens\udcff1",)]) == state_hash([("ens\udcff1",)])
+
+
+@pytest.mark.parametrize("fault", ["fifo", "dev-zero"])
+def test_a_speed_file_that_is_not_regular_is_a_read_error_not_unknown(
+    make_tree: MakeTree, fault: str
+) -> None:
+    """The refusal of a FIFO or device once carried EINVAL, which speed_show() answers
+    for a link without settings: the port then had no speed and nothing was counted."""
+    tree = make_tree(small())
+    speed = tree.sys / "class/net/ens1f0np0/speed"
+    speed.unlink()
+    if fault == "fifo":
+        os.mkfifo(speed)
+    else:
+        speed.symlink_to("/dev/zero")
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert "not a regular file" in net_outcome(result).facts.errors.items[0]
+
+
+@pytest.mark.parametrize("path", ["proc/net/tcp", "proc/net/tcp6", "proc/net/route"])
+def test_a_fifo_as_an_address_source_is_refused_at_once(make_tree: MakeTree, path: str) -> None:
+    """read_lines used open(), which blocks on a FIFO without a writer until the
+    collector's timeout lost every port; open_regular refuses it and names it."""
+    tree = make_tree(ceph_node(ports=(9000, 1500)), faults={path: "fifo"})
+    started = time.monotonic()
+    result = collect([*tree.flags, *only_net()])
+    assert time.monotonic() - started < 4  # not the 5 s collector timeout
+    assert value(result, "cephnode_scrape_collector_success", collector="net") == 1
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    assert devices_seen(result) == {"eno1", *PORTS}
+    assert "not a regular file (FIFO)" in net_outcome(result).facts.errors.items[0]

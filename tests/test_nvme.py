@@ -778,3 +778,46 @@ def test_real_host() -> None:
     if not present:
         assert statuses[("nvme.scheduler", "")] == "skip"
         assert statuses[("nvme.pcie_link", "")] == "skip"
+
+
+# --- numbers no kernel prints ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "text", "absent"),
+    [
+        (f"{NVME0_PCI}/current_link_width", "\u00b2\n", "cephnode_nvme_pcie_current_link_width"),
+        (f"{NVME0}/nvme0n1/queue/nr_requests", "9" * 5000 + "\n", "cephnode_nvme_queue_requests"),
+        (f"{NVME0}/nvme0n1/inflight", "1 \u00b2\n", "cephnode_nvme_inflight_requests"),
+        (f"{NVME0}/numa_node", f"{2**70}\n", "cephnode_nvme_numa_node"),
+        (f"{NVME0}/nvme0n1/queue/read_ahead_kb", "1_28\n", "cephnode_nvme_queue_read_ahead_bytes"),
+    ],
+)
+def test_one_number_no_kernel_prints_costs_only_that_value(
+    make_tree: MakeTree, rel: str, text: str, absent: str
+) -> None:
+    """isdigit() takes "²" and 5000 digits, int() then raised a ValueError nobody caught:
+    one bad file of one drive failed the whole collector. It is one read error now."""
+    tree = make_tree(small("epyc9454p-detuned"))
+    (tree.root / rel).write_text(text)
+    result = collect([*tree.flags, *ONLY_NVME])
+    ok(result, errors=1)
+    (outcome,) = [o for o in result.outcomes if o.name == "nvme"]
+    assert rel.rsplit("/", 1)[1] in outcome.facts.errors.items[0]
+    got = samples(result)
+    mine = {("device", "nvme0n1"), ("controller", "nvme0")}
+    assert not any(n == absent and mine & labels for n, labels in got)
+    assert any(n == absent for n, _ in got)  # the other drives keep theirs
+
+
+def test_a_fifo_as_wbt_lat_usec_is_a_read_error_not_no_throttling(make_tree: MakeTree) -> None:
+    """open_regular refuses a FIFO; that refusal once carried EINVAL, the kernel's own
+    "no writeback throttling" answer, and vanished without a count."""
+    tree = make_tree(
+        small("epyc9454p-detuned"), faults={f"{NVME0}/nvme0n1/queue/wbt_lat_usec": "fifo"}
+    )
+    result = collect([*tree.flags, *ONLY_NVME])
+    ok(result, errors=1)
+    (outcome,) = [o for o in result.outcomes if o.name == "nvme"]
+    assert "wbt_lat_usec" in outcome.facts.errors.items[0]
+    assert "not a regular file (FIFO)" in outcome.facts.errors.items[0]

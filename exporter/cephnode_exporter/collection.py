@@ -61,7 +61,8 @@ def state_hash(items: Iterable[tuple[str, ...]]) -> float:
     """
     h = hashlib.blake2b(digest_size=6)
     for item in sorted(set(items)):
-        h.update("\x1f".join(item).encode() + b"\x1e")
+        # backslashreplace: an odd label (a surrogate escape) must not fail the collection.
+        h.update("\x1f".join(item).encode("utf-8", "backslashreplace") + b"\x1e")
     return float(int.from_bytes(h.digest(), "big"))
 
 

@@ -92,7 +92,9 @@ def encode(families: Iterable[Metric]) -> bytes:
         texts[key] = known
         out.append(known[1])
     _FAMILY_TEXT = texts
-    return "".join(out).encode("utf-8")
+    # backslashreplace: a label with a surrogate escape (a name that was not UTF-8; hostfs
+    # refuses those at the source) is written "\\udcff" rather than failing the scrape.
+    return "".join(out).encode("utf-8", "backslashreplace")
 
 
 def _family_text(

@@ -64,6 +64,11 @@ def _judge(dev: DeviceIRQs, facts: IRQFacts) -> Finding:
         return Finding.cannot_judge(subject, f"affinity of {what} unreadable: {reason}", EXPECTED)
     if total == 0:
         return Finding(subject, None, "no interrupts requested (device unused or down)", EXPECTED)
+    if not cpus:
+        # Only kernel-managed vectors may list no CPU (all theirs offline): none of
+        # them is served, so there is no placement to pass.
+        why = f"no CPU serves any of its {total} interrupts (effective_affinity_list empty)"
+        return Finding.cannot_judge(subject, why, EXPECTED)
     managed = sum(1 for i in dev.irqs if i.managed)
     parts = [f"{total} interrupts on {len(cpus)} CPUs"]
     if managed:

@@ -149,13 +149,16 @@ def metric_name(*parts: str) -> str:
 
 # ----------------------------------------------------------------------------- cardinality
 
-_DIGITS = re.compile(r"(\d+)")
+# ASCII digits only: "eth1²" is a valid interface name, and int("²") raises.
+_DIGITS = re.compile(r"([0-9]+)")
 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders device names as people count them: nvme2 before nvme10,
     eth9 before eth10, ens1f0 before ens1f0v0."""
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _DIGITS.split(name) if p)
+    return tuple(
+        (1, int(p)) if p.isascii() and p.isdigit() else (0, p) for p in _DIGITS.split(name) if p
+    )
 
 
 class ItemLimit:

@@ -92,6 +92,8 @@ class IRQCollector(Collector):
                 facts.errors.items.append(reason)
             if dev.numa_error is not None:
                 facts.errors.items.append(dev.numa_error)
+            if dev.junk is not None:
+                facts.errors.items.append(dev.junk)
             facts.devices.append(dev)
         self._reader.done(seen)
         now = time.monotonic()

@@ -40,13 +40,13 @@ from cephnode_exporter.collectors.base import (
     ItemLimit,
     bounded,
     metric_name,
-    natural_key,
     register,
 )
 from cephnode_exporter.devices import DeviceClass
 from cephnode_exporter.facts.net import NetFacts
 from cephnode_exporter.hostfs.ethtool import RingReader, ring_reader_for
 from cephnode_exporter.hostfs.inet import read_ceph_addresses
+from cephnode_exporter.hostfs.names import natural_key
 from cephnode_exporter.hostfs.net import RINGS_OK, read_interface
 from cephnode_exporter.logs import kv
 
@@ -133,6 +133,7 @@ class NetCollector(Collector):
             else:
                 wanted.append(dev)
         # Physical ports first: they have the series; virtual ones only feed the checks.
+        # hostfs's natural_key: base's takes "²" of "eth1²" (a valid name) for a number.
         kept, facts.items_dropped = self._limit.keep(
             wanted, lambda d: (d.virtual, natural_key(d.name))
         )

@@ -34,8 +34,8 @@ from cephnode_exporter.devices.model import (
     assemble,
     nearest_pci,
 )
-from cephnode_exporter.hostfs import HostFS
-from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
+from cephnode_exporter.hostfs import HostFS, ParseError
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE, utf8_name
 
 
 class SysfsDevices(DeviceSource):
@@ -88,6 +88,11 @@ class _Walk:
         out = []
         for name in names:
             if not want(name):
+                continue
+            try:
+                utf8_name(name, os.path.join(class_dir, name))
+            except ParseError as exc:  # could be no label value: counted, left out
+                self.errors.append(DiscoveryError(kind, str(exc)))
                 continue
             entry = self._entry(class_dir, kind, name)
             if entry is not None:

@@ -116,6 +116,14 @@ class UdevDevices(DeviceSource):
                 )
             except pyudev.DeviceNotFoundError:
                 continue  # removed while we looked at it
+            except UnicodeDecodeError:
+                # pyudev decodes names strictly; a name that is not UTF-8 could be no
+                # label value (hostfs.names.utf8_name): counted, left out.
+                scan.errors.append(
+                    DiscoveryError(
+                        DeviceClass(subsystem), f"{subsystem}: a device name is not valid UTF-8"
+                    )
+                )
             except OSError as exc:
                 where = getattr(device, "sys_path", subsystem)
                 scan.errors.append(DiscoveryError(DeviceClass(subsystem), f"{where}: {exc}"))

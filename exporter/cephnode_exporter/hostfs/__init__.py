@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cephnode_exporter.hostfs.batch import pread_bytes, pread_ints
+from cephnode_exporter.hostfs.batch import kernel_int_bytes, pread_bytes, pread_ints
 
 # sysfs attributes are at most one page; /proc/cmdline is capped by the kernel at
 # COMMAND_LINE_SIZE (2048 on x86, 4096 on some arches). 64 KiB bounds a garbage file.
@@ -39,10 +39,14 @@ class ParseError(ValueError):
 
 class NotRegularFileError(OSError):
     """A path that should be a kernel attribute file is something else (a FIFO, a
-    socket, a directory, a device): refused before any read, which could block forever."""
+    socket, a directory, a device): refused before any read, which could block forever.
+
+    Its errno is ENXIO, not EINVAL: callers take EINVAL from an attribute as the kernel's
+    own answer ("not supported": net speed, wbt_lat_usec, cpuinfo_avg_freq), and a refused
+    file must be a counted read error instead (read_text keeps only the errno)."""
 
     def __init__(self, path: str, mode: int) -> None:
-        super().__init__(errno.EINVAL, f"not a regular file ({file_kind(mode)})", path)
+        super().__init__(errno.ENXIO, f"not a regular file ({file_kind(mode)})", path)
 
 
 def file_kind(mode: int) -> str:
@@ -205,12 +209,43 @@ def read_text(path: str) -> str:
         raise OSError(exc.errno, reason, path) from None
 
 
+# Integers as the kernel prints them (lib/vsprintf.c, %d %u %lld %llu): ASCII digits after
+# an optional '-', at most 20. int() alone also takes Unicode digits ("٩٠٠٠"), "_"
+# separators ("9_000") and any length (a ValueError past 4300 digits), none of which the
+# kernel writes. The same text as _fastread.c parse_int accepts, so the batched and the
+# per-file reads agree: surrounding ASCII whitespace and a sign. The range (s64..u64 by
+# default) is parse_kernel_int's, or the caller's, which names it.
+S64_MIN = -(2**63)
+U64_MAX = 2**64 - 1
+_SPACE = " \t\n\r\v\f"
+_INT_DIGITS = 20  # u64
+
+
+def kernel_int(text: str) -> int | None:
+    """The integer ``text`` holds as the kernel prints it (at most 20 digits, the range
+    is the caller's); None for anything else."""
+    t = text.strip(_SPACE)
+    body = t[1:] if t[:1] in ("-", "+") else t
+    if len(body) > _INT_DIGITS or not (body.isascii() and body.isdigit()):
+        return None
+    return int(t)
+
+
+def parse_kernel_int(
+    text: str, path: str, lo: int = S64_MIN, hi: int = U64_MAX, what: str = "an integer"
+) -> int:
+    """:func:`kernel_int` within ``lo``..``hi`` (the attribute's type), else ParseError:
+    a value the kernel never prints is a read error, not a value."""
+    value = kernel_int(text)
+    if value is None:
+        raise ParseError(path, f"not {what}: {text[:40]!r}")
+    if not lo <= value <= hi:
+        raise ParseError(path, f"{what} out of range {lo}..{hi}: {value}")
+    return value
+
+
 def read_int(path: str) -> int:
-    text = read_text(path)
-    try:
-        return int(text)
-    except ValueError:
-        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
+    return parse_kernel_int(read_text(path), path)
 
 
 def _read_once(path: str, size: int) -> bytes:
@@ -226,12 +261,12 @@ def _read_once(path: str, size: int) -> bytes:
 
 def read_small_int(path: str) -> int:
     """Read an integer attribute: the fast path for per-CPU counters read thousands of
-    times a scrape (no decoding, no strip; ``int()`` takes bytes and ignores the newline)."""
+    times a scrape (no decoding; :func:`kernel_int_bytes` takes the newline)."""
     data = _read_once(path, 64)
-    try:
-        return int(data)
-    except ValueError:
-        raise ParseError(path, f"not an integer: {data[:40]!r}") from None
+    value = kernel_int_bytes(data)
+    if value is None:
+        raise ParseError(path, f"not an integer: {data[:40]!r}")
+    return value
 
 
 class AttrFiles:
@@ -308,10 +343,10 @@ class AttrFiles:
 
     def read_int(self, path: str) -> int:
         data = self.read_bytes(path, 64)
-        try:
-            return int(data)
-        except ValueError:
-            raise ParseError(path, f"not an integer: {data[:40]!r}") from None
+        value = kernel_int_bytes(data)
+        if value is None:
+            raise ParseError(path, f"not an integer: {data[:40]!r}")
+        return value
 
     def descriptor(self, path: str) -> int | None:
         """The descriptor kept open for ``path``, if any: for a caller's own loop of
@@ -446,14 +481,16 @@ def parse_cpulist(text: str, limit: int = NR_CPUS_MAX) -> list[int]:
     text = text.strip()
     if not text:
         return cpus
+    if not text.isascii():  # int() would take Unicode digits ("٣"); %*pbl prints ASCII
+        raise ValueError(f"bad cpulist {text[:40]!r}")
     previous = -1
     for part in text.split(","):
         lo, sep, hi = part.partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if sep else first
-        except ValueError:
-            raise ValueError(f"bad cpulist element {part[:40]!r}") from None
+        # Plain digits ("1_0", " 3", "+3" are not %*pbl), bounded before int().
+        if not (lo.isdigit() and len(lo) < 10 and (not sep or (hi.isdigit() and len(hi) < 10))):
+            raise ValueError(f"bad cpulist element {part[:40]!r}")
+        first = int(lo)
+        last = int(hi) if sep else first
         if first < 0 or last < first:
             raise ValueError(f"bad cpulist element {part[:40]!r}")
         if last >= limit:

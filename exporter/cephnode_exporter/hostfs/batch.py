@@ -54,13 +54,18 @@ def pread_bytes_python(fds: Sequence[int], size: int, recheck: bool = False) -> 
     return out
 
 
+def kernel_int_bytes(data: bytes) -> int | None:
+    """hostfs.kernel_int of raw bytes (bytes.strip and isdigit are ASCII-only): at most 20
+    digits after a sign, as _fastread.c parse_int takes them; None for anything else."""
+    t = data.strip()
+    body = t[1:] if t[:1] in (b"-", b"+") else t
+    if len(body) > 20 or not body.isdigit():
+        return None
+    return int(t)
+
+
 def _int_or_none(text: bytes | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return None if text is None else kernel_int_bytes(text)
 
 
 def pread_ints_python(

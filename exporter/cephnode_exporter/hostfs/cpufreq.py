@@ -40,7 +40,10 @@ class CPUFreq:
     """The node's frequency-scaling picture. ``cpus`` is empty without cpufreq (a VM).
 
     ``unread`` names the online CPUs whose policy could not be read (CPU -> the error):
-    they are neither in ``cpus`` nor CPUs without cpufreq.
+    they are neither in ``cpus`` nor CPUs without cpufreq. An online CPU without a
+    ``cpufreq`` directory while other CPUs have one is unread too: the one driver
+    (cpufreq_register_driver) adds a policy for every CPU it can drive, so the
+    directory was lost; a node where no CPU has one simply has no cpufreq.
     """
 
     cpus: dict[int, CPUPolicy] = field(default_factory=dict)
@@ -83,6 +86,7 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
         epps = files.read_many(
             cpu_paths(fs, cpus, "cpufreq", "energy_performance_preference"), BATCH_PAGE, same=True
         )
+    absent: list[tuple[int, str]] = []  # online CPUs without cpufreq (see CPUFreq)
     for i, cpu in enumerate(cpus):
         base = bases[i]
         try:
@@ -92,8 +96,9 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
             governor = "" if got is None else got.decode("utf-8", "replace").strip()
             if not governor:
                 governor = _nonempty(f"{base}/scaling_governor", text)
-        except FileNotFoundError:
-            continue  # no cpufreq for this CPU
+        except FileNotFoundError as exc:
+            absent.append((cpu, exc.filename or base))
+            continue
         except (OSError, ParseError) as exc:
             result.errors.add(exc)
             result.unread[cpu] = str(exc)
@@ -110,6 +115,11 @@ def read_cpufreq(fs: HostFS, files: AttrFiles | None = None) -> CPUFreq:
                 except (OSError, ParseError) as exc:
                     result.errors.add(exc)
         result.cpus[cpu] = CPUPolicy(driver, governor, epp)
+    if absent and (result.cpus or result.unread):
+        for cpu, path in absent:
+            lost = ParseError(path, "missing, though other online CPUs have cpufreq")
+            result.errors.add(lost)
+            result.unread[cpu] = str(lost)
     result.boost = _read_boost(fs, result.errors)
     try:
         result.amd_pstate_status = read_optional_text(fs.sys(*CPU_DIR, "amd_pstate", "status"))

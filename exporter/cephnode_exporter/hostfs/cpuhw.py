@@ -35,6 +35,7 @@ from cephnode_exporter.hostfs import (
     HostFS,
     ParseError,
     ReadErrors,
+    kernel_int,
     list_dir,
     read_int,
     read_text,
@@ -75,10 +76,9 @@ class CPUHWFacts:
 
 
 def parse_khz(text: str, path: str) -> float:
-    try:
-        khz = int(text)
-    except ValueError:
-        raise ParseError(path, f"not a frequency: {text[:40]!r}") from None
+    khz = kernel_int(text)
+    if khz is None:
+        raise ParseError(path, f"not a frequency: {text[:40]!r}")
     if not 0 < khz <= MAX_KHZ:
         raise ParseError(path, f"not a frequency in kHz: {khz}")
     return khz * 1000.0
@@ -110,8 +110,10 @@ def read_frequencies(
             out.hertz.append(khz * 1000.0)
             continue
         try:
-            text = files.read_bytes(path).decode() if files is not None else read_text(path)
-            out.hertz.append(parse_khz(text.strip(), path))
+            # read_text decodes with "replace": a non-UTF-8 byte is a ParseError of
+            # this CPU's file, not a UnicodeDecodeError that fails the collector.
+            text = files.read_text(path) if files is not None else read_text(path)
+            out.hertz.append(parse_khz(text, path))
         except FileNotFoundError:
             continue  # a CPU without a policy (offlined meanwhile)
         except OSError as exc:
@@ -129,7 +131,8 @@ def read_pmus(fs: HostFS, errors: ReadErrors) -> dict[str, list[str]]:
     base = fs.sys(*EVENT_SOURCE_DIR)
     out: dict[str, list[str]] = {}
     for pmu in list_dir(base):
-        if not pmu.startswith(PMU_PREFIXES):
+        # A PMU name is a label value: only names as the kernel makes them (ASCII).
+        if not pmu.startswith(PMU_PREFIXES) or not _EVENT_RE.fullmatch(pmu):
             continue
         try:
             names = list_dir(os.path.join(base, pmu, "events"))

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import errno
 import operator
+import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -39,6 +41,9 @@ from cephnode_exporter.hostfs.batch import pread_counters
 from cephnode_exporter.hostfs.cpu import cpu_dir, online_cpus
 
 CPUIDLE_DIR = ("devices", "system", "cpu", "cpuidle")
+# drivers/cpuidle/sysfs.c names a CPU's states "state%d", 0 to the driver's state_count
+# - 1: ASCII, no leading zero, no gap ("state02" is not a second name of state2).
+_STATE_RE = re.compile(r"state(0|[1-9][0-9]{0,8})")
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,14 @@ class CPUIdleReader:
         self._fs = fs
         self._key: tuple[str, tuple[int, ...]] | None = None
         self._static: dict[int, list[IdleStateInfo]] = {}
+        # CPU -> what is wrong with the layout of its cached states (a name the kernel
+        # never writes, a duplicate, a missing state): found when the states are read,
+        # reported on every scrape as unread and as a read error.
+        self._bad: dict[int, str] = {}
+        # CPUs cached so far, and that count when the CPUs' state counts were last
+        # compared (_compare_counts).
+        self._cached = 0
+        self._compared = 0
         # (CPU, state index) -> counter -> the value read at the previous scrape.
         self._last: dict[tuple[int, int], dict[str, int]] = {}
         self._files = AttrFiles(fd_budget(self.FD_SHARE))
@@ -138,6 +151,8 @@ class CPUIdleReader:
     def close(self) -> None:
         self._files.close_all()
         self._static = {}
+        self._bad = {}
+        self._cached = self._compared = 0
         self._last = {}
         self._fast = {}
         self._flat = None
@@ -163,6 +178,8 @@ class CPUIdleReader:
             # zeroes their counters (__cpuidle_device_init): no fall to compare against.
             self._key = key
             self._static = {}
+            self._bad = {}
+            self._cached = self._compared = 0
             self._last = {}
             self._fast = {}
             self._flat = None
@@ -172,12 +189,14 @@ class CPUIdleReader:
         fast = self._fast
         values = pread_counters(self._batch(cpus)) if fast else []
         if self._read_whole(cpus, values, result):
+            if self._bad:
+                self._report_bad(result)
             return result
         self._hand_back()
         for cpu in cpus:
             states = self._static.get(cpu)
             if states is None:
-                states = self._read_static(cpu, result)
+                states = self._read_static(cpu, result, driver)
                 if states is None:
                     continue
             samples = []
@@ -199,7 +218,35 @@ class CPUIdleReader:
                 self._files.close_under(cpu_dir(fs, cpu, ""))
                 continue
             result.cpus[cpu] = samples
+        if self._cached != self._compared:
+            self._compare_counts()
+        if self._bad:
+            self._report_bad(result)
         return result
+
+    def _report_bad(self, result: CPUIdle) -> None:
+        """The cached layout problems, on every scrape: the CPUs' states are exported,
+        but a check over them cannot rely on them (checks/cpu.py: unknown unless a
+        deep state is seen enabled)."""
+        for cpu, reason in self._bad.items():
+            if cpu in result.cpus:
+                result.unread.setdefault(cpu, reason)
+                result.errors.items.append(reason)
+
+    def _compare_counts(self) -> None:
+        """Once per change of the cached CPUs: with one driver every CPU has its
+        state_count states (drivers/cpuidle/sysfs.c); a CPU with fewer lost a state
+        directory. Per-CPU drivers (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS) may differ: their
+        CPUs have a ``cpuidle/driver`` directory and are not compared."""
+        self._compared = self._cached
+        if not self._static:
+            return
+        most = max(map(len, self._static.values()))
+        for cpu, states in self._static.items():
+            if len(states) < most and cpu not in self._bad:
+                base = cpu_dir(self._fs, cpu, "cpuidle")
+                if not os.path.isdir(f"{base}/driver"):
+                    self._bad[cpu] = f"{base}: {len(states)} idle states, {most} on other CPUs"
 
     def _batch(self, cpus: list[int]) -> list[int]:
         """The fast states' descriptors in one list, each entry's ``start`` set; the
@@ -316,21 +363,49 @@ class CPUIdleReader:
                 self._flat = None
         return sample
 
-    def _read_static(self, cpu: int, result: CPUIdle) -> list[IdleStateInfo] | None:
+    def _read_static(self, cpu: int, result: CPUIdle, driver: str) -> list[IdleStateInfo] | None:
         """The CPU's idle states; a state whose static files fail is left out, the CPU
-        is noted in ``result.unread`` and not cached, so the next scrape retries it."""
+        is noted in ``result.unread`` and not cached, so the next scrape retries it.
+
+        An online CPU without states while a driver is registered is unread too: the
+        driver registers a device for each CPU it covers (cpuidle_register()), so its
+        states were lost, not absent. Entries the kernel never writes (see _STATE_RE), a
+        gap in the indices and a state name seen twice are layout problems (``_bad``):
+        such a duplicate is left out, never counted twice."""
         errors = result.errors
         base = cpu_dir(self._fs, cpu, "cpuidle")
-        names = [n for n in list_dir(base) if n.startswith("state") and n[5:].isdigit()]
+        self._bad.pop(cpu, None)
+        problems: list[str] = []
+        indexed: list[tuple[int, str]] = []
+        for n in list_dir(base):
+            if _STATE_RE.fullmatch(n):
+                indexed.append((int(n[5:]), n))
+            elif n.startswith("state"):
+                problems.append(f"{base}/{n}: not a state directory name the kernel writes")
+        indexed.sort()
+        if indexed and indexed[-1][0] != len(indexed) - 1:
+            gap = next(i for i, (index, _) in enumerate(indexed) if index != i)
+            problems.append(f"{base}/state{gap}: missing (the states are numbered from 0)")
+        if not indexed:
+            exc = ParseError(base, f"no idle states, though cpuidle driver {driver} is registered")
+            errors.add(exc)
+            result.unread[cpu] = str(exc)
+            return None
         states: list[IdleStateInfo] = []
+        seen: set[str] = set()
         complete = True
-        for entry in sorted(names, key=lambda n: int(n[5:])):
+        for index, entry in indexed:
             path = f"{base}/{entry}"
             try:
+                name = _nonempty(f"{path}/name", read_text(f"{path}/name"))
+                if name in seen:
+                    problems.append(f"{path}: state name {name!r} seen twice, left out")
+                    continue
+                seen.add(name)
                 states.append(
                     IdleStateInfo(
-                        index=int(entry[5:]),
-                        name=_nonempty(f"{path}/name", read_text(f"{path}/name")),
+                        index=index,
+                        name=name,
                         desc=read_optional_text(f"{path}/desc") or "",
                         exit_latency_us=_nonnegative(
                             f"{path}/latency", read_int(f"{path}/latency")
@@ -349,8 +424,14 @@ class CPUIdleReader:
         if not states:
             return None
         if complete:
+            if problems:
+                self._bad[cpu] = problems[0]
             self._static[cpu] = states
+            self._cached += 1
             self._flat = None  # a new plan: this CPU may now be read whole
+        else:
+            for problem in problems:  # not cached: reported with this scrape's errors
+                errors.items.append(problem)
         return states
 
 

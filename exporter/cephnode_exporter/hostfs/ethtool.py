@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from cephnode_exporter.hostfs import HostFS, ParseError, read_text
+from cephnode_exporter.hostfs import HostFS, ParseError, kernel_int, read_text
 
 SIOCETHTOOL = 0x8946  # include/uapi/linux/sockios.h
 ETHTOOL_GRINGPARAM = 0x00000010  # include/uapi/linux/ethtool.h
@@ -249,10 +249,9 @@ def parse_fixture(text: str, where: str) -> RingParam | None:
             raise OSError(code, os.strerror(code), where)
         if key not in values:
             raise ParseError(where, f"line {number}: unknown field {key!r}")
-        try:
-            number_value = int(value)
-        except ValueError:
-            raise ParseError(where, f"line {number}: not an integer: {value[:40]!r}") from None
+        number_value = kernel_int(value)  # int() would also take "٣" and "1_0"
+        if number_value is None:
+            raise ParseError(where, f"line {number}: not an integer: {value[:40]!r}")
         if not 0 <= number_value <= 0xFFFFFFFF:
             raise ParseError(where, f"line {number}: {number_value} is not a __u32")
         values[key] = number_value

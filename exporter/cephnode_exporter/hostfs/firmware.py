@@ -129,7 +129,9 @@ def read_microcode(
                 return sorted(found), "sysfs"
     for path in paths:
         try:
-            text = files.read_bytes(path).decode() if files is not None else read_text(path)
+            # read_text decodes with "replace": a non-UTF-8 byte is a ParseError of this
+            # CPU's file, not a UnicodeDecodeError that fails the collector.
+            text = files.read_text(path) if files is not None else read_text(path)
             revisions.add(parse_revision(text, path))
         except FileNotFoundError:
             if revisions:

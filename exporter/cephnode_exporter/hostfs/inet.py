@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors
+from cephnode_exporter.hostfs import HostFS, ParseError, ReadErrors, open_regular
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ByteOrder = Literal["little", "big"]
@@ -252,7 +253,8 @@ def read_lines(path: str, max_lines: int = MAX_LINES) -> Iterator[str]:
     """The lines of a procfs file, lazily (a caller that stops early reads no further);
     OSError names the path, a line or line count beyond the bounds is a ParseError."""
     try:
-        with open(path, "rb") as fh:
+        # open_regular: a FIFO here would block open() until a writer came.
+        with os.fdopen(open_regular(path), "rb") as fh:
             for count in range(max_lines + 2):
                 line = fh.readline(MAX_LINE_BYTES)
                 if not line:

@@ -28,6 +28,9 @@ or the exporter runs in a container without the host's ``/proc/irq``):
 ``/proc/interrupts`` is not read: its names add nothing the device links do not say,
 and on a 96-CPU node with a thousand vectors it is over a megabyte of text that the
 kernel formats with one column per CPU on every read.
+
+Size: one reader with its memo of devices and vectors between scrapes and the error
+paths of each file; split, the memo would be shared across modules.
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ from cephnode_exporter.hostfs.pci import parse_numa_node
 # PCI function names as drivers/pci/probe.c makes them ("%04x:%02x:%02x.%d").
 _BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 # Linux IRQ numbers are below IRQ_BITMAP_BITS (NR_IRQS + 8196 with SPARSE_IRQ,
-# kernel/irq/internals.h); nine digits bound a garbage entry name.
-_IRQ_RE = re.compile(r"\d{1,9}")
+# kernel/irq/internals.h); nine digits bound a garbage entry name. The entries are
+# named with "%d" (drivers/pci/msi/sysfs.c): ASCII, no leading zero, so "01080" is
+# not a second name of 1080.
+_IRQ_RE = re.compile(r"0|[1-9][0-9]{0,8}")
 # A device never has more vectors than PCI MSI-X allows (2048 per function, PCI Local
 # Bus spec 3.0, MSI-X Table Size is 11 bits): more entries are not a kernel's listing.
 MAX_VECTORS = 2048
@@ -94,6 +99,8 @@ class DeviceIRQs:
     unread: dict[int, str] = field(default_factory=dict)
     # The device's numa_node file could not be read (the reason); None when it was.
     numa_error: str | None = None
+    # Entries of msi_irqs the kernel never names so (refused, counted as read errors).
+    junk: str | None = None
 
 
 @dataclass
@@ -104,6 +111,11 @@ class IRQFacts:
     irqbalance: bool | None = None  # None: procfs could not be searched
     items_dropped: int = 0
     errors: ReadErrors = field(default_factory=ReadErrors)
+
+
+class IRQRootMissingError(FileNotFoundError):
+    """``/proc/irq`` itself is absent: procfs always has it (init_irq_proc(),
+    kernel/irq/proc.c), so no device's interrupts can be placed, not "none requested"."""
 
 
 def parse_affinity(text: str, path: str) -> frozenset[int]:
@@ -173,7 +185,7 @@ class IRQReader:
         self._root = fs.proc("irq")
         # Per PCI directory: the msi_irqs listing of the last scrape and its vectors,
         # so an unchanged listing is not sorted and matched again (1,100 names here).
-        self.vectors: dict[str, tuple[list[str], tuple[int, ...]]] = {}
+        self.vectors: dict[str, tuple[list[str], tuple[int, ...], str | None]] = {}
         # Per PCI directory: what read_device built for it at the last scrape.
         self.devices: dict[str, _Device] = {}
         # Per class device link: the two symlinks behind it and the PCI function they
@@ -235,10 +247,22 @@ class IRQReader:
                     effective = allowed
         except FileNotFoundError:
             self._forget(number)
+            if os.path.isdir(f"{self._root}/{number}"):
+                raise  # the IRQ has a handler, but its affinity file is missing
+            if not os.path.isdir(self._root):
+                raise IRQRootMissingError(
+                    errno.ENOENT, "missing (procfs without /proc/irq)", self._root
+                ) from None
             return None
         except (OSError, ParseError):
             self._forget(number)
             raise
+        if not effective and not managed:
+            # Only a managed vector whose CPUs are all offline is shut down with an
+            # empty mask (kernel/irq/cpuhotplug.c); user space cannot set one
+            # (write_irq_affinity() refuses a mask without an online CPU).
+            self._forget(number)
+            raise ParseError(effective_path, "empty, for an interrupt not kernel-managed")
         self._managed[number] = managed
         irq = IRQ(number, allowed, effective, managed=managed)
         if managed and allowed is not None:
@@ -283,6 +307,8 @@ class IRQReader:
             except ParseError:
                 continue
             managed = managed_of[n]
+            if not effective and not managed:
+                continue  # read() names the error
             irq = IRQ(n, allowed_of[n] if managed else None, effective, managed=managed)
             last_of[n] = (data, irq)
             out[n] = irq
@@ -318,21 +344,35 @@ class IRQReader:
 
 
 def device_vectors(
-    pci_dir: str, cache: dict[str, tuple[list[str], tuple[int, ...]]] | None = None
+    pci_dir: str,
+    cache: dict[str, tuple[list[str], tuple[int, ...], str | None]] | None = None,
+    junk: list[str] | None = None,
 ) -> tuple[int, ...]:
     """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line.
     With ``cache`` (IRQReader.vectors) a listing equal to the last one gives the same
-    tuple, the very object, without sorting and matching its names again."""
+    tuple, the very object, without sorting and matching its names again. Entries not
+    named as the kernel names them ("01080", "x") are left out, not counted twice, and
+    described in ``junk``, on every call (the listing is the same garbage each time)."""
     names = list_dir(os.path.join(pci_dir, "msi_irqs"))
     if len(names) > MAX_VECTORS:
         raise ParseError(pci_dir, f"{len(names)} MSI vectors, more than {MAX_VECTORS}")
     hit = cache.get(pci_dir) if cache is not None else None
     if hit is not None and hit[0] == names:
-        vectors = hit[1]
+        vectors, bad = hit[1], hit[2]
     else:
-        vectors = tuple(sorted(int(n) for n in names if _IRQ_RE.fullmatch(n)))
+        good = [n for n in names if _IRQ_RE.fullmatch(n)]
+        vectors = tuple(sorted(map(int, good)))
+        bad = None
+        if len(good) != len(names):
+            refused = sorted(set(names) - set(good))
+            bad = (
+                f"{os.path.join(pci_dir, 'msi_irqs')}: {len(refused)} entries not named "
+                f"as the kernel names vectors, ignored: {', '.join(map(repr, refused[:3]))}"
+            )
         if cache is not None and vectors:
-            cache[pci_dir] = (names, vectors)
+            cache[pci_dir] = (names, vectors, bad)
+    if bad is not None and junk is not None:
+        junk.append(bad)
     if vectors:
         return vectors
     try:
@@ -419,11 +459,14 @@ def read_device(
         pass  # CONFIG_NUMA off: no numa_node attribute
     except (OSError, ParseError) as exc:
         dev.numa_error = unreadable_reason(exc)
+    junk: list[str] = []
     try:
-        vectors = device_vectors(pci_dir, reader.vectors)
+        vectors = device_vectors(pci_dir, reader.vectors, junk)
     except (OSError, ParseError) as exc:
         dev.unread[-1] = unreadable_reason(exc)
         return dev
+    if junk:
+        dev.junk = junk[0]
     seen.update(vectors)
     memo = reader.devices.get(pci_dir)
     if memo is not None and memo.vectors is vectors and memo.generation == reader.generation:
@@ -452,6 +495,11 @@ def read_device(
             if irq is None:
                 try:
                     irq = reader.read(number)
+                except IRQRootMissingError as exc:
+                    # One reason for the device, not one per vector.
+                    dev.irqs, dev.unread = [], {-1: unreadable_reason(exc)}
+                    reader.devices.pop(pci_dir, None)
+                    return dev
                 except (OSError, ParseError) as exc:
                     dev.unread[number] = unreadable_reason(exc)
                     continue

@@ -29,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cephnode_exporter.hostfs import ParseError, ReadErrors, read_text
+from cephnode_exporter.hostfs import ParseError, ReadErrors, parse_kernel_int, read_text
 from cephnode_exporter.hostfs.ethtool import RingParam, RingReader
+from cephnode_exporter.hostfs.names import utf8_name
 from cephnode_exporter.hostfs.pci import parse_numa_node, pci_function_dir
 
 # net/core/net-sysfs.c operstates[] (IF_OPER_* of include/uapi/linux/if.h).
@@ -45,6 +46,8 @@ RINGS_ERROR = "error"
 RINGS_NOT_READ = "not_read"  # virtual interfaces: rings are a property of the port
 
 T = TypeVar("T")
+
+INT_MAX = 2**31 - 1
 
 
 class Vanished(Exception):
@@ -76,26 +79,15 @@ class Interface:
 
 
 def parse_mtu(text: str, path: str = "mtu") -> int:
-    try:
-        mtu = int(text)
-    except ValueError:
-        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
-    if mtu < 0:
-        raise ParseError(path, f"negative MTU {mtu}")
-    return mtu
+    """dev->mtu, an unsigned int that dev_validate_mtu() keeps within 0..INT_MAX
+    (net/core/dev.c), printed "%d"."""
+    return parse_kernel_int(text, path, 0, INT_MAX, "an MTU")
 
 
 def parse_speed(text: str, path: str = "speed") -> int | None:
-    """Link speed in Mb/s; None for SPEED_UNKNOWN (-1)."""
-    try:
-        speed = int(text)
-    except ValueError:
-        raise ParseError(path, f"not an integer: {text[:40]!r}") from None
-    if speed == -1:
-        return None
-    if speed < 0:
-        raise ParseError(path, f"negative speed {speed}")
-    return speed
+    """Link speed in Mb/s; None for SPEED_UNKNOWN (-1). The u32 is printed "%d"."""
+    speed = parse_kernel_int(text, path, -1, INT_MAX, "a speed")
+    return None if speed == -1 else speed
 
 
 def parse_operstate(text: str, path: str = "operstate") -> str:
@@ -142,8 +134,12 @@ class _Reader:
 
     def link_name(self, rel: str) -> str | None:
         """Basename of a symlink's target (driver, master); None when there is none."""
+        path = os.path.join(self.syspath, rel)
         try:
-            return os.path.basename(os.readlink(os.path.join(self.syspath, rel)))
+            return utf8_name(os.path.basename(os.readlink(path)), path)
+        except ParseError as exc:
+            self.errors.add(exc)
+            return None
         except FileNotFoundError:
             if self.gone():
                 raise Vanished from None
@@ -163,7 +159,14 @@ class _Reader:
         except OSError as exc:
             self.errors.add(OSError(exc.errno, exc.strerror, self.syspath))
             return ()
-        return tuple(sorted(n[len("lower_") :] for n in names if n.startswith("lower_")))
+        lower = []
+        for n in names:
+            if n.startswith("lower_"):
+                try:
+                    lower.append(utf8_name(n[len("lower_") :], os.path.join(self.syspath, n)))
+                except ParseError as exc:
+                    self.errors.add(exc)
+        return tuple(sorted(lower))
 
 
 def read_interface(

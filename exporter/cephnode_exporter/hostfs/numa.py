@@ -15,7 +15,7 @@ import re
 from cephnode_exporter.hostfs import HostFS, ParseError, parse_cpulist, read_text
 
 NODE_DIR = ("devices", "system", "node")
-_NODE_RE = re.compile(r"node(\d{1,4})")
+_NODE_RE = re.compile(r"node([0-9]{1,4})")  # \d would also match "٣"
 
 
 def read_node_cpus(fs: HostFS) -> dict[int, frozenset[int]] | None:

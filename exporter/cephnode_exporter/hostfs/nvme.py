@@ -30,7 +30,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from cephnode_exporter.hostfs import ParseError, read_text
+from cephnode_exporter.hostfs import ParseError, parse_kernel_int, read_text
 from cephnode_exporter.hostfs.pci import DeviceAttrs, is_gone, parse_numa_node
 
 # Identify Controller strings are at most 40 bytes; bound the label value anyway.
@@ -38,7 +38,7 @@ MAX_ID_CHARS = 64
 # Scheduler names are elevator_type names ("mq-deadline", "kyber", "bfq", "none").
 _ELEVATOR_RE = re.compile(r"[a-z0-9_-]{1,32}")
 # hwmon class device names: hwmon%d (drivers/hwmon/hwmon.c).
-_HWMON_RE = re.compile(r"hwmon\d+")
+_HWMON_RE = re.compile(r"hwmon[0-9]+")
 HWMON_NAME = "nvme"
 # Block queue attribute values of real kernels fit easily; a bigger one is garbage.
 MAX_QUEUE_VALUE = 1 << 40
@@ -54,10 +54,7 @@ def parse_id_string(text: str, path: str = "id string") -> str:
 
 def parse_count(text: str, path: str = "count") -> int:
     """A non-negative integer attribute (queue_count, nr_requests, read_ahead_kb, ...)."""
-    text = text.strip()
-    if not text.isdigit() or int(text) > MAX_QUEUE_VALUE:
-        raise ParseError(path, f"not a count: {text[:40]!r}")
-    return int(text)
+    return parse_kernel_int(text, path, 0, MAX_QUEUE_VALUE, "a count")
 
 
 def parse_scheduler(text: str, path: str = "scheduler") -> str:
@@ -79,16 +76,14 @@ def parse_scheduler(text: str, path: str = "scheduler") -> str:
 def parse_inflight(text: str, path: str = "inflight") -> tuple[int, int]:
     """(reads, writes) in flight, from block/genhd.c ``part_inflight_show``."""
     fields = text.split()
-    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+    # "%8u": ASCII digits of an unsigned int (isdigit() alone takes "²" and 5000 digits).
+    if len(fields) != 2 or not all(f.isascii() and f.isdigit() and len(f) <= 10 for f in fields):
         raise ParseError(path, f"not two counts: {text[:40]!r}")
     return int(fields[0]), int(fields[1])
 
 
 def parse_millicelsius(text: str, path: str = "temp1_input") -> float:
-    try:
-        return int(text.strip()) / 1000
-    except ValueError:
-        raise ParseError(path, f"not a temperature: {text[:40]!r}") from None
+    return parse_kernel_int(text, path, what="a temperature") / 1000
 
 
 @dataclass(frozen=True)
@@ -199,9 +194,9 @@ def read_wbt_lat_usec(attrs: DeviceAttrs) -> int | None:
         attrs.errors.add(exc)
         return None
     try:
-        value = int(text.strip())
-    except ValueError:
-        attrs.errors.add(ParseError(path, f"not a latency: {text[:40]!r}"))
+        value = parse_kernel_int(text, path, what="a latency")
+    except ParseError as exc:
+        attrs.errors.add(exc)
         return None
     # Reads never print a negative value today; -1 is what one writes to restore the
     # default. Treat a negative read like "no throttling" rather than a latency.
@@ -229,7 +224,7 @@ def count_hw_queues(attrs: DeviceAttrs) -> int | None:
         else:
             attrs.errors.add(OSError(exc.errno, exc.strerror, path))
         return None
-    return sum(map(str.isdigit, names))
+    return sum(1 for n in names if n.isascii() and n.isdigit())
 
 
 # The kept attributes read_block_queue reads, in one batch.

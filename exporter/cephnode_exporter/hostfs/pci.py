@@ -22,18 +22,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cephnode_exporter.hostfs import BATCH_PAGE, AttrFiles, ParseError, ReadErrors, read_text
+from cephnode_exporter.hostfs import (
+    BATCH_PAGE,
+    AttrFiles,
+    ParseError,
+    ReadErrors,
+    parse_kernel_int,
+    read_text,
+)
 
 T = TypeVar("T")
 
 # "16.0 GT/s PCIe" (5.7+) or "16 GT/s" (before): a decimal number of gigatransfers per second.
-_SPEED_RE = re.compile(r"(\d{1,4}(?:\.\d{1,3})?) GT/s(?: PCIe)?")
+_SPEED_RE = re.compile(r"([0-9]{1,4}(?:\.[0-9]{1,3})?) GT/s(?: PCIe)?")
 # What the kernel prints when it cannot decode the link speed field (see the module doc).
 UNKNOWN_SPEEDS = frozenset({"Unknown", "Unknown speed"})
 # PCIe allows x1..x32; current_link_width is 0 while a link is down.
 MAX_LINK_WIDTH = 32
+# MAX_NUMNODES is 1 << CONFIG_NODES_SHIFT, at most 10 bits (arch/x86/Kconfig NODES_SHIFT).
+MAX_NUMNODES = 1024
 # An IOMMU group is a number: iommu_group_alloc() names the kobject "%d" (drivers/iommu/iommu.c).
-_GROUP_RE = re.compile(r"\d{1,9}")
+_GROUP_RE = re.compile(r"[0-9]{1,9}")
 
 
 def parse_link_speed(text: str, path: str = "link speed") -> float | None:
@@ -51,21 +60,12 @@ def parse_link_speed(text: str, path: str = "link speed") -> float | None:
 
 def parse_link_width(text: str, path: str = "link width") -> int:
     """Lanes of a ``*_link_width`` attribute (pci-sysfs.c prints ``%u``)."""
-    text = text.strip()
-    if not text.isdigit() or int(text) > MAX_LINK_WIDTH:
-        raise ParseError(path, f"not a PCIe link width: {text[:40]!r}")
-    return int(text)
+    return parse_kernel_int(text, path, 0, MAX_LINK_WIDTH, "a PCIe link width")
 
 
 def parse_numa_node(text: str, path: str = "numa_node") -> int:
     """A device's NUMA node; -1 (NUMA_NO_NODE) when the firmware does not say."""
-    try:
-        node = int(text.strip())
-    except ValueError:
-        raise ParseError(path, f"not a NUMA node: {text[:40]!r}") from None
-    if node < -1:
-        raise ParseError(path, f"not a NUMA node: {node}")
-    return node
+    return parse_kernel_int(text, path, -1, MAX_NUMNODES - 1, "a NUMA node")
 
 
 def format_speed(transfers: float) -> str:

@@ -47,6 +47,7 @@ from cephnode_exporter.hostfs import (
     AttrFiles,
     HostFS,
     ParseError,
+    open_regular,
     parse_cpulist,
     read_bytes,
 )
@@ -106,7 +107,8 @@ def parse_stat(text: str, path: str = "stat") -> ProcStat:
 
     def num(field_no: int) -> int:
         value = rest[field_no - _FIELD_STATE]
-        if not value.isdigit():
+        # isdigit() alone takes "²" and "٣", which int() then refuses or misreads.
+        if not (value.isascii() and value.isdigit() and len(value) <= 20):
             raise ParseError(path, f"field {field_no} is not a count: {value[:20]!r}")
         return int(value)
 
@@ -177,7 +179,7 @@ def parse_status(text: str, path: str = "status") -> ThreadStatus:
                 raise ParseError(path, f"no {key} line")
             return None
         number = value.removesuffix(" kB").strip()
-        if not number.isdigit():
+        if not (number.isascii() and number.isdigit() and len(number) <= 20):
             raise ParseError(path, f"{key} is not a count: {value[:20]!r}")
         return int(number)
 
@@ -221,8 +223,8 @@ def _line(data: bytes, key: bytes) -> bytes | None:
 # another order (another kernel) takes the three separate searches below.
 _COUNTS_RE = re.compile(
     rb"\nCpus_allowed_list:[ \t]*([^\n]*?)[ \t]*\n(?:[^\n]*\n)*?"
-    rb"voluntary_ctxt_switches:[ \t]*([0-9]+)[ \t]*\n"
-    rb"nonvoluntary_ctxt_switches:[ \t]*([0-9]+)[ \t]*(?:\n|$)"
+    rb"voluntary_ctxt_switches:[ \t]*([0-9]{1,20})[ \t]*\n"
+    rb"nonvoluntary_ctxt_switches:[ \t]*([0-9]{1,20})[ \t]*(?:\n|$)"
 )
 
 
@@ -251,7 +253,7 @@ def _thread_counts(data: bytes) -> tuple[int, int, frozenset[int]] | None:
     allowed = _line(data, _CPUS_ALLOWED)
     if vol is None or invol is None or allowed is None:
         return None
-    if not (vol.isdigit() and invol.isdigit()):
+    if not (vol.isdigit() and invol.isdigit() and len(vol) <= 20 and len(invol) <= 20):
         return None
     try:
         cpus = _cpus(allowed.decode("ascii"))
@@ -332,7 +334,8 @@ def read_allocator(fs: HostFS, pid: int) -> str:
     paths: list[str] = []
     read = 0
     try:
-        with open(path, "rb") as fh:
+        # open_regular: a FIFO here would block open() until a writer came.
+        with os.fdopen(open_regular(path), "rb") as fh:
             for raw in fh:
                 read += len(raw)
                 if read > MAX_MAPS_BYTES:
@@ -454,7 +457,8 @@ class ProcessState:
 
 def _list_tasks(task_dir: str) -> list[int]:
     try:
-        return sorted(int(t) for t in os.listdir(task_dir) if t.isdigit())
+        # Thread ids are "%d" (ASCII); isdigit() alone also takes "²" and "٣".
+        return sorted(int(t) for t in os.listdir(task_dir) if t.isascii() and t.isdigit())
     except OSError as exc:
         _raise_gone(exc, task_dir)
         raise OSError(exc.errno, exc.strerror, task_dir) from None
