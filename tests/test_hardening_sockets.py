@@ -43,7 +43,8 @@ from cephnode_exporter.ceph.discovery import (
 )
 from cephnode_exporter.cli import build_scraper, parse_args
 from cephnode_exporter.collection import Collection
-from cephnode_exporter.collectors.base import ItemLimit, natural_key
+from cephnode_exporter.collectors.base import ItemLimit
+from cephnode_exporter.hostfs.names import natural_key
 
 from tests.conftest import REPO, MakeTree, Tree, collect, samples, value
 from tests.test_asok import FakeServer, hang, reply
@@ -304,6 +305,17 @@ def run_measured(args: list[str], timeout: float = 120) -> tuple[int, str, str, 
 RSS_LIMIT = 128 * 1024 * 1024
 
 
+def dump_within_rss_limit(tree: Tree, sock_dir: Path) -> tuple[str, str]:
+    """``dump`` of the OSDs in ``sock_dir`` in a fresh interpreter: its stdout and stderr,
+    after asserting it exited 0 with a peak RSS under RSS_LIMIT."""
+    code, out, err, rss = run_measured(
+        ["dump", *osd_flags(tree, sock_dir), "--collector.osd.timeout=4"]
+    )
+    assert code == 0, err
+    assert rss < RSS_LIMIT, f"peak RSS {rss >> 20} MiB"
+    return out, err
+
+
 def test_a_million_keys_under_16_mib_do_not_blow_up_memory(
     node_trees: dict[str, Tree], sock_dir: Path, servers: list[FakeServer]
 ) -> None:
@@ -316,11 +328,7 @@ def test_a_million_keys_under_16_mib_do_not_blow_up_memory(
 
     listen(servers, sock_dir / "ceph-osd.0.asok", hostile)
     listen(servers, sock_dir / "ceph-osd.1.asok", recorded_osd("memstore"))
-    code, out, err, rss = run_measured(
-        ["dump", *osd_flags(node_trees["epyc9454p-tuned"], sock_dir), "--collector.osd.timeout=4"]
-    )
-    assert code == 0, err
-    assert rss < RSS_LIMIT, f"peak RSS {rss >> 20} MiB"
+    out, err = dump_within_rss_limit(node_trees["epyc9454p-tuned"], sock_dir)
     assert 'cephnode_osd_scrape_success{ceph_daemon="osd.0"} 0.0' in out
     assert 'cephnode_osd_scrape_success{ceph_daemon="osd.1"} 1.0' in out
     assert 'cephnode_scrape_collector_success{collector="osd"} 1.0' in out
@@ -348,11 +356,7 @@ def test_replies_near_their_caps_from_many_osds_stay_within_the_units_memory(
             sock_dir / f"ceph-osd.{i}.asok",
             recorded_osd("memstore", {"dump_osd_network": network}),
         )
-    code, out, err, rss = run_measured(
-        ["dump", *osd_flags(node_trees["epyc9454p-tuned"], sock_dir), "--collector.osd.timeout=4"]
-    )
-    assert code == 0, err
-    assert rss < RSS_LIMIT, f"peak RSS {rss >> 20} MiB"
+    out, _ = dump_within_rss_limit(node_trees["epyc9454p-tuned"], sock_dir)
     assert 'cephnode_osd_scrape_success{ceph_daemon="osd.0"} 1.0' in out
     assert 'cephnode_osd_scrape_success{ceph_daemon="osd.12"} 0.0' in out
     assert 'cephnode_scrape_collector_success{collector="osd"} 1.0' in out

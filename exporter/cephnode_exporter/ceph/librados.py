@@ -36,7 +36,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import stat
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +44,7 @@ from glob import glob
 from types import ModuleType
 from typing import Any
 
-from cephnode_exporter.hostfs import file_kind
+from cephnode_exporter.hostfs import open_regular
 
 # Where distributions install the compiled binding: Debian/Ubuntu (python3-rados), then
 # RHEL/Fedora (python3-rados, lib64 and lib).
@@ -146,15 +145,11 @@ def _readable(path: str, what: str) -> None:
     """A regular file we may open; librados reads it itself. Opened with O_NONBLOCK: a
     FIFO given by mistake would otherwise block the collector's thread for good."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            mode = os.fstat(fd).st_mode
-        finally:
-            os.close(fd)
+        os.close(open_regular(path))
+    except IsADirectoryError:  # open_regular's own kind for a directory; same words
+        raise CephError(f"cannot read {what} {path}: not a regular file (directory)") from None
     except OSError as exc:
         raise CephError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise CephError(f"cannot read {what} {path}: not a regular file ({file_kind(mode)})")
 
 
 class MonCommandClient:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 from prometheus_client.core import Metric
 
 from cephnode_exporter.hostfs import HostFS
+from cephnode_exporter.hostfs.names import natural_key
 from cephnode_exporter.logs import kv
 
 NAMESPACE = "cephnode"
@@ -148,17 +148,6 @@ def metric_name(*parts: str) -> str:
 
 
 # ----------------------------------------------------------------------------- cardinality
-
-# ASCII digits only: "eth1²" is a valid interface name, and int("²") raises.
-_DIGITS = re.compile(r"([0-9]+)")
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders device names as people count them: nvme2 before nvme10,
-    eth9 before eth10, ens1f0 before ens1f0v0."""
-    return tuple(
-        (1, int(p)) if p.isascii() and p.isdigit() else (0, p) for p in _DIGITS.split(name) if p
-    )
 
 
 class ItemLimit:

@@ -22,7 +22,6 @@ from cephnode_exporter.collectors.base import (
     ItemLimit,
     bounded,
     metric_name,
-    natural_key,
     register,
 )
 from cephnode_exporter.hostfs.irq import (
@@ -35,6 +34,7 @@ from cephnode_exporter.hostfs.irq import (
     read_node_cpus_safe,
     remote_irqs,
 )
+from cephnode_exporter.hostfs.names import natural_key
 
 # NVMe controllers plus network ports: the nvme and net collectors' caps (256 each).
 DEFAULT_MAX_DEVICES = 512

@@ -133,7 +133,6 @@ class NetCollector(Collector):
             else:
                 wanted.append(dev)
         # Physical ports first: they have the series; virtual ones only feed the checks.
-        # hostfs's natural_key: base's takes "²" of "eth1²" (a valid name) for a number.
         kept, facts.items_dropped = self._limit.keep(
             wanted, lambda d: (d.virtual, natural_key(d.name))
         )

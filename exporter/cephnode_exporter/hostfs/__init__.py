@@ -217,18 +217,13 @@ def read_text(path: str) -> str:
 # default) is parse_kernel_int's, or the caller's, which names it.
 S64_MIN = -(2**63)
 U64_MAX = 2**64 - 1
-_SPACE = " \t\n\r\v\f"
-_INT_DIGITS = 20  # u64
 
 
 def kernel_int(text: str) -> int | None:
     """The integer ``text`` holds as the kernel prints it (at most 20 digits, the range
-    is the caller's); None for anything else."""
-    t = text.strip(_SPACE)
-    body = t[1:] if t[:1] in ("-", "+") else t
-    if len(body) > _INT_DIGITS or not (body.isascii() and body.isdigit()):
-        return None
-    return int(t)
+    is the caller's); None for anything else. One rule with the bytes reads
+    (batch.kernel_int_bytes): a str that is not ASCII is no kernel number."""
+    return kernel_int_bytes(text.encode("ascii")) if text.isascii() else None
 
 
 def parse_kernel_int(

@@ -53,6 +53,11 @@ _EOL = (b"\r\n", b"\n")
 # while the peer's receive window is closed, i.e. while it does not read.
 _SIOCOUTQNSD = 0x894B
 _UNSENT_POLL = 0.02  # seconds between looks at a stalled send queue
+# The 429 bodies: this address failed too often; every password check is taken.
+_AUTH_429 = {
+    AUTH_THROTTLED: b"Too many failed logins from this address, try again later.\n",
+    AUTH_BUSY: b"Too many password checks at once, try again later.\n",
+}
 
 
 class ConnectionServer(Protocol):
@@ -326,20 +331,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         auth = self.server.auth
         if auth is not None:
             result, wait = auth.check(self.headers.get("Authorization"), self.client_address[0])
-            if result == AUTH_THROTTLED:
+            if result in _AUTH_429:
+                if result == AUTH_BUSY:
+                    # Every bcrypt worker is taken: come back rather than wait in a slot.
+                    self.server.warn_throttled("all password checks busy, answering 429")
                 self._respond(
                     HTTPStatus.TOO_MANY_REQUESTS,
-                    b"Too many failed logins from this address, try again later.\n",
-                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
-                    close=True,
-                )
-                return
-            if result == AUTH_BUSY:
-                # Every bcrypt worker is taken: come back rather than wait in a slot.
-                self.server.warn_throttled("all password checks busy, answering 429")
-                self._respond(
-                    HTTPStatus.TOO_MANY_REQUESTS,
-                    b"Too many password checks at once, try again later.\n",
+                    _AUTH_429[result],
                     headers={"Retry-After": str(max(1, math.ceil(wait)))},
                     close=True,
                 )

@@ -208,7 +208,7 @@ class ExporterServer(socketserver.TCPServer):
         self.request_timeout = request_timeout
         self.header_timeout = header_timeout
         self.handshake_timeout = handshake_timeout
-        self.write_timeout = min(write_timeout, request_timeout)
+        self.write_timeout = write_timeout
         self.max_connections = max_connections
         self.landing_page = _landing_page(telemetry_path)
         self.ssl_context = web_config.ssl_context if web_config else None
