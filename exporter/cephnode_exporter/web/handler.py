@@ -102,6 +102,8 @@ class _DeadlineReader(io.RawIOBase):
         sock = self._handler.connection
         sock.settimeout(remaining)
         received: int = sock.recv_into(buffer)
+        if received:
+            self._handler.conn.heard = True
         return received
 
 
@@ -468,9 +470,20 @@ class _Conn:
     request has been read: it may be closed at once for a request that needs its slot
     (RFC 9112 section 9.5), as clients retry an idempotent request on a reused connection
     closed before any response byte. A new connection gets IDLE_GRACE instead.
+    ``heard``: a byte of it has been read; until then, and while none waits unread, it
+    is silent (ExporterServer._silent).
     """
 
-    __slots__ = ("between_requests", "client", "counted", "evicted", "idle_since", "slot", "sock")
+    __slots__ = (
+        "between_requests",
+        "client",
+        "counted",
+        "evicted",
+        "heard",
+        "idle_since",
+        "slot",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket, client: Any, slot: bool, now: float) -> None:
         self.sock = sock
@@ -480,3 +493,4 @@ class _Conn:
         self.idle_since: float | None = now
         self.evicted = False
         self.between_requests = False
+        self.heard = False

@@ -14,7 +14,18 @@ from typing import Any
 log = logging.getLogger("cephnode_exporter.web")
 
 _FALLBACK_ERRNOS = {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT}
-_REQUEST_QUEUE_SIZE = 128  # a burst of scrapes and probes should queue, not be refused
+# The accept queue: as large as the kernel allows (listen(2) caps it at
+# net.core.somaxconn, 4096 since Linux 5.4). When it is full, Linux drops SYNs (tcp(7),
+# tcp_abort_on_overflow) and the client retries after 1 s, then 3 s: hundreds of peers
+# that connect and reconnect at once kept a 128-connection queue full, and scrapes took
+# seconds (docs/limits.md). A queued connection costs the kernel a socket, not a thread.
+_REQUEST_QUEUE_SIZE = socket.SOMAXCONN
+# TCP_DEFER_ACCEPT, tcp(7): a connection is queued for accept() only once its first
+# data arrives, or after about this many seconds (one SYN-ACK retransmit) without. An
+# HTTP client sends its request, a TLS client its ClientHello, as soon as it connects,
+# so it is accepted at once; a silent peer waits in the kernel, not in the queue ahead
+# of a scraper, nor in a connection thread. nginx's "deferred", HAProxy's defer-accept.
+_DEFER_ACCEPT = 1
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:
@@ -62,6 +73,8 @@ def _listen(host: str, port: int, address: str) -> socket.socket:
             if dual_stack:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind(sockaddr)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux only
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, _DEFER_ACCEPT)
             sock.listen(_REQUEST_QUEUE_SIZE)
         except OSError as e:
             sock.close()

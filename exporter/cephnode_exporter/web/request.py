@@ -56,6 +56,11 @@ HANDSHAKE_TIMEOUT = 5.0
 # Keep-alive connections may be closed when idle (RFC 9112, section 9.5), and a new one
 # has had ample time to send its request.
 IDLE_GRACE = 1.0
+# A connection that has sent no byte at all this long after its accept is the cheapest
+# to close for a request that needs its place: an HTTP client writes its request, and a
+# TLS client its ClientHello, as soon as connect() returns, so the first byte follows the
+# handshake's last ACK at once, however long the link (see ExporterServer).
+SILENT_GRACE = 0.1
 # Writing one response (status line, headers and body) may take this long at most (and no
 # longer than the request timeout): a client that does not read must not hold its slot
 # for long. A 45 KB scrape takes milliseconds on a LAN.

@@ -1,5 +1,9 @@
 """The server: a thread per connection, bounded in number, with optional TLS, over
 http.server/socketserver; :func:`make_server` builds it.
+
+Size: the connection accounting (slots, overflow, which idle connection gives way to a
+request) is one piece under one lock, and reads best whole; the request handling and
+the listening sockets are in their own modules already.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ import contextlib
 import errno
 import logging
 import math
+import select
 import selectors
 import socket
 import socketserver
@@ -32,6 +37,7 @@ from cephnode_exporter.web.request import (
     HEALTHY_PATH,
     IDLE_GRACE,
     READY_PATH,
+    SILENT_GRACE,
     WRITE_TIMEOUT,
     Render,
     RenderFor,
@@ -171,10 +177,24 @@ class ExporterServer(socketserver.TCPServer):
 
     Connections take one of ``max_connections`` slots when accepted. Beyond those, a few
     overflow connections read their request: it takes a slot freed meanwhile, or the slot
-    of the longest idle connection (a kept-alive one between requests, or one idle for at
-    least IDLE_GRACE), or gets a quick 503. So peers that connect and send nothing, or
-    trickle, cannot keep a scraper out for longer than IDLE_GRACE, nor can keep-alive
-    clients that send a request now and then; requests in progress are never cut.
+    of an idle connection (a silent one, that has sent no byte for SILENT_GRACE, first;
+    then the longest idle of those kept alive between requests or idle for at least
+    IDLE_GRACE), or gets a quick 503. So peers that connect and send nothing, or trickle,
+    cannot keep a scraper out for longer than IDLE_GRACE, nor can keep-alive clients that
+    send a request now and then; requests in progress are never cut.
+
+    A flood of peers that connect, send nothing and reconnect when closed (hundreds of
+    them) must not delay a scraper, which sends its request as soon as it connects. So
+    (listen.py) silent connections wait in the kernel until they speak or a second has
+    passed (TCP_DEFER_ACCEPT), and the accept queue is large, as a full one drops the
+    scraper's SYN and costs it a 1 s retransmit (tcp(7)). A silent peer accepted after
+    its second finds the overflow full and is closed at once, without a thread, so the
+    accept loop keeps the queue short. Elsewhere, each new connection closes the longest
+    waiting silent one, never one whose request has begun to arrive (the scraper's own
+    overflow connection, until it claims a slot), and a request takes the slot of a
+    silent peer before that of a kept-alive client (which would reconnect through the
+    flood).
+    Victims are not chosen by address: many legitimate clients may share one (a proxy).
     """
 
     allow_reuse_address = True  # restart without waiting for TIME_WAIT to clear
@@ -234,6 +254,9 @@ class ExporterServer(socketserver.TCPServer):
         self._shut_down = threading.Event()
         self._shut_down.set()
         self.server_addresses = [_sock_address(sock) for sock in self.listeners]
+        # Listeners that accept a connection only once it sends (listen.py), or after it
+        # has been silent for a second: one accepted without input is a silent peer.
+        self._deferred = {sock.fileno() for sock in self.listeners if _defers_accept(sock)}
         # The sockets are bound and listening already (make_server, or systemd): skip
         # TCPServer.__init__, which would make and bind a socket of its own.
         socketserver.BaseServer.__init__(
@@ -296,8 +319,9 @@ class ExporterServer(socketserver.TCPServer):
             request, client_address = self.get_request(listener)
         except OSError:
             return
+        silent = listener.fileno() in self._deferred and not _readable(request)
         try:
-            self.process_request(request, client_address)
+            self.process_request(request, client_address, silent)
         except Exception:
             self.handle_error(request, client_address)
             self.shutdown_request(request)
@@ -369,8 +393,13 @@ class ExporterServer(socketserver.TCPServer):
                 time.sleep(0.1)
             raise
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Hand the connection to its own thread; never block the accept loop."""
+    def process_request(self, request: Any, client_address: Any, silent: bool = False) -> None:
+        """Hand the connection to its own thread; never block the accept loop.
+
+        ``silent``: it has been silent for a second already (TCP_DEFER_ACCEPT); when the
+        overflow is full it is closed at once, without a thread, rather than take the
+        place of another: a flood of such peers then costs an accept and a close each.
+        """
         now = time.monotonic()
         conn: _Conn | None = None
         with self._lock:
@@ -378,10 +407,11 @@ class ExporterServer(socketserver.TCPServer):
                 self._slots_used += 1
                 conn = _Conn(request, client_address, True, now)
             else:
-                if self._overflow_used >= self.max_overflow:
+                if self._overflow_used >= self.max_overflow and not silent:
                     # Overflow connections that still have no request have had their
-                    # chance; the longest waiting one makes room.
-                    victim = self._longest_idle(slot=False, idle_before=now)
+                    # chance; the longest waiting silent one makes room, or else the
+                    # longest waiting one (a trickle).
+                    victim = self._victim(slot=False, now=now)
                     if victim is not None:
                         self._evict(victim)
                 if self._overflow_used < self.max_overflow:
@@ -421,7 +451,7 @@ class ExporterServer(socketserver.TCPServer):
             if conn.slot:
                 return None
             if self._slots_used >= self.max_connections:
-                victim = self._longest_idle(slot=True, idle_before=time.monotonic() - IDLE_GRACE)
+                victim = self._victim(slot=True, now=time.monotonic())
                 if victim is None:
                     return _OVERLOADED
                 self._evict(victim)
@@ -441,23 +471,35 @@ class ExporterServer(socketserver.TCPServer):
             conn.between_requests = True
             self._changed.notify_all()
 
-    def _longest_idle(self, slot: bool, idle_before: float) -> _Conn | None:
-        """The connection of the kind idle the longest, among those idle since before
-        ``idle_before`` and those kept alive between requests (whatever their idle time:
-        RFC 9112 section 9.5 lets a server close those at any time).
+    def _victim(self, slot: bool, now: float) -> _Conn | None:
+        """Under the lock: the connection of the kind to close for another, or None.
 
-        A linear scan: it runs only when every slot is taken, over at most
-        max_connections + max_overflow connections.
+        Silent ones first (no byte yet, the cheapest to lose), the longest waiting of
+        them. Then, of slot holders, the longest idle of those kept alive between
+        requests (RFC 9112 section 9.5 lets a server close those at any time) or idle
+        for IDLE_GRACE; of overflow connections, the longest waiting one. Silent slot
+        holders must have been silent for SILENT_GRACE; silent overflow connections are
+        taken at any age, as the new connection they make room for gets the same chance.
+
+        Runs only when every slot (or all the overflow) is taken, over at most
+        max_connections + max_overflow connections, and polls only the silent-looking
+        ones, in order, until one is silent indeed.
         """
-        best: _Conn | None = None
-        best_since = math.inf
-        for c in self._conns:
-            since = c.idle_since
-            if c.slot != slot or not c.counted or since is None:
-                continue
-            if (since <= idle_before or c.between_requests) and since < best_since:
-                best, best_since = c, since
-        return best
+        waiting = sorted(
+            (c for c in self._conns if c.slot == slot and c.counted and c.idle_since is not None),
+            key=lambda c: c.idle_since or 0.0,
+        )
+        silent_before = now - SILENT_GRACE if slot else math.inf
+        for c in waiting:
+            if c.idle_since is not None and c.idle_since > silent_before:
+                break
+            if _silent(c):
+                return c
+        idle_before = now - IDLE_GRACE if slot else math.inf
+        for c in waiting:
+            if c.between_requests or (c.idle_since is not None and c.idle_since <= idle_before):
+                return c
+        return None
 
     def _evict(self, victim: _Conn) -> None:
         """Under the lock: stop counting ``victim`` and shut its socket; its thread ends."""
@@ -492,6 +534,7 @@ class ExporterServer(socketserver.TCPServer):
                 handshake_deadline = start + min(self.handshake_timeout, short)
                 if not self._looks_like_tls(sock, client, handshake_deadline):
                     return
+                conn.heard = True
                 tls = self.ssl_context.wrap_socket(
                     sock, server_side=True, do_handshake_on_connect=False
                 )
@@ -578,6 +621,30 @@ class ExporterServer(socketserver.TCPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver's default prints a traceback to stderr.
         log.exception("error in the accept loop", extra={"kv": {"client": client_address}})
+
+
+def _silent(conn: _Conn) -> bool:
+    """Whether ``conn`` has sent no byte: none read by its thread, and none waiting."""
+    return not conn.heard and not _readable(conn.sock)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether input (data, or its end) waits on ``sock``; True if it is closed already."""
+    poller = select.poll()  # not select(): fds may exceed FD_SETSIZE (select(2))
+    try:
+        poller.register(sock, select.POLLIN)
+    except (OSError, ValueError):  # closed meanwhile: it is ending anyway
+        return True
+    return bool(poller.poll(0))
+
+
+def _defers_accept(listener: socket.socket) -> bool:
+    """Whether ``listener`` has TCP_DEFER_ACCEPT (listen.py sets it; systemd sockets
+    have it with DeferAcceptSec=)."""
+    try:
+        return listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT) > 0
+    except (OSError, AttributeError):  # a Unix socket, or not Linux
+        return False
 
 
 def _shut(sock: socket.socket) -> None:
