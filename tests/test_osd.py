@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 from cephnode_exporter.ceph import counters, perf
+from cephnode_exporter.ceph.asok import AsokIdentityError
+from cephnode_exporter.ceph.discovery import Answer, OSDSocket, choose_sockets
 from cephnode_exporter.checks import load_all
 from cephnode_exporter.checks.osd import debug_levels, pg_count, rocksdb_build
 from cephnode_exporter.collection import Collection
@@ -251,11 +253,34 @@ def test_perf_dump_of_memstore_and_bluestore() -> None:
         {"osd": {"op_w_latency": 3}},
         {"osd": {"op_w_latency": {"avgcount": 1, "sum": "NaN"}}},
         {"osd": {"op_w_latency": {"avgcount": 1, "sum": float("inf")}}},
+        # A time average's sum is uint64 nanoseconds printed as seconds: never negative,
+        # never above 2^64 ns.
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": -0.002}}},
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": -1}}},
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": float("-inf")}}},
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": 1.9e10}}},
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": 2**64}}},
+        {"osd": {"op_w_latency": {"avgcount": 1, "sum": True}}},
+        {"osd": {"op_w_latency": {"avgcount": 1}}},
+        {"bluestore": {"commit_lat": {"avgcount": 1, "sum": -3.5}}, "osd": {}},
     ],
 )
 def test_perf_dump_garbage(dump: Any) -> None:
     with pytest.raises(perf.PerfParseError):
         perf.parse_perf_dump(dump)
+
+
+def test_time_average_sums_at_their_bounds() -> None:
+    """0 and the largest sum a uint64 of nanoseconds prints are sums; so is an integer."""
+    top = perf.MAX_TIME_SUM_SECONDS
+    dump = {"osd": {"op_r_latency": {"avgcount": 0, "sum": 0.0},
+                    "op_w_latency": {"avgcount": 2**64 - 1, "sum": top},
+                    "op_rw_latency": {"avgcount": 3, "sum": 7}}}  # fmt: skip
+    avgs = perf.parse_perf_dump(dump).avgs
+    assert avgs["osd.op_r_latency"] == perf.TimeAvg(0, 0.0)
+    assert avgs["osd.op_w_latency"].sum == top
+    assert avgs["osd.op_rw_latency"] == perf.TimeAvg(3, 7.0)
+    assert 1.8446744073e10 < top < 1.8446744074e10
 
 
 # ----------------------------------------------------------------------------- ops, config
@@ -312,6 +337,7 @@ def test_config_of_the_recorded_osd() -> None:
     assert cfg.options["osd_op_num_shards_ssd"] == 8.0
     assert cfg.options["osd_memory_target"] == 4294967296.0
     assert set(cfg.options) == set(perf.CONFIG_OPTIONS)
+    assert cfg.name == "osd.3"  # Ceph's option `name`, the daemon's own
 
 
 @pytest.mark.parametrize(
@@ -327,8 +353,10 @@ def test_debug_level_syntax(text: str, level: tuple[int, int] | None) -> None:
 def test_config_garbage() -> None:
     with pytest.raises(perf.PerfParseError):
         perf.parse_config([])
-    cfg = perf.parse_config({"debug_osd": 5, "osd_memory_target": "lots", "osd_objectstore": 1})
+    cfg = perf.parse_config({"debug_osd": 5, "osd_memory_target": "lots", "osd_objectstore": 1,
+                             "name": 5})  # fmt: skip
     assert cfg.debug == {} and cfg.options == {} and cfg.objectstore == ""
+    assert cfg.name == ""  # not a name: unknown, as when config show lacks it
     assert cfg.complaint_time == perf.DEFAULT_COMPLAINT_TIME
 
 
@@ -345,7 +373,10 @@ class RecordedOSD:
     """A handler answering like the recorded OSD. The config reply carries the 2 s
     complaint time that was in effect when the ops in flight were recorded, and
     ``osd_data`` (an OSD directory of the fixture tree) when given; :meth:`set` changes a
-    reply between scrapes (an OSD under load, a restart)."""
+    reply between scrapes (an OSD under load, a restart). Like a real daemon, it names
+    itself (config show's ``name``) after the socket it serves: the path its server
+    bound, which a link to that socket does not change (a reply without ``name`` is
+    left without)."""
 
     def __init__(
         self, kind: str, overrides: dict[str, Any] | None = None, osd_data: str | None = None
@@ -371,7 +402,26 @@ class RecordedOSD:
             return  # peer_pid(): connect and close, as the daemon sees it
         prefix = json.loads(request.rstrip(b"\0"))["prefix"]
         data = self.replies.get(prefix)
+        if prefix == "config show" and data is not None:
+            data = named_after(data, conn.getsockname())
         conn.sendall(reply(data if data is not None else b"ERROR: (22) Invalid argument\n"))
+
+
+_SERVED_OSD = re.compile(r"-(osd\.(?:0|[1-9][0-9]*))\.asok$")
+
+
+def named_after(config: bytes, bound: str) -> bytes:
+    """A config show reply whose ``name`` is the OSD of the socket path ``bound``; as
+    it was when the path names no OSD, or the reply has no name or is no JSON object."""
+    m = _SERVED_OSD.search(bound)
+    try:
+        data = json.loads(config)
+    except ValueError:
+        return config
+    if m is None or not isinstance(data, dict) or "name" not in data or data["name"] == m[1]:
+        return config
+    data["name"] = m[1]
+    return json.dumps(data).encode()
 
 
 def recorded_osd(
@@ -772,6 +822,165 @@ def test_hung_and_broken_osds_are_reported_as_themselves(
         ] == ["osd.4"]  # type: ignore[attr-defined]
     finally:
         scraper.close()
+
+
+def failed_reasons(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """(ceph_daemon, reason) of each "query failed" line logged."""
+    return [
+        (r.kv["ceph_daemon"], r.kv["reason"])  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "OSD admin socket query failed"
+    ]
+
+
+def only_failure_series(c: Collection, daemon: str) -> None:
+    """``daemon`` has scrape_success 0 and nothing of another OSD's under its name."""
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon=daemon) == 0
+    assert {name for name, _ in osd_series(c, daemon)} == {
+        "cephnode_osd_scrape_success",
+        "cephnode_osd_scrape_duration_seconds",
+    }
+
+
+def test_a_socket_named_for_another_osd_fails_as_identity(
+    node_trees: dict[str, Tree], fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ceph-osd.5.asok is a link to osd.0's socket: the daemon answering names itself
+    osd.0 in config show, so osd.5 is an error (reason identity, logged once), not
+    osd.0's series under ceph_daemon="osd.5"; osd.0 itself stays healthy."""
+    fake_node.add(0, recorded_osd("memstore"))
+    (fake_node.dir / "ceph-osd.5.asok").symlink_to(fake_node.dir / "ceph-osd.0.asok")
+    tree = node_trees["epyc9454p-tuned"]
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    scraper = build_scraper(
+        parse_args(["dump", *tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    )
+    try:
+        for _ in range(2):
+            c = scraper.collect(10.0)
+            assert value(c, "cephnode_scrape_collector_success", collector="osd") == 1
+            assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.0") == 1
+            only_failure_series(c, "osd.5")
+            assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 1
+    finally:
+        scraper.close()
+    assert failed_reasons(caplog) == [("osd.5", "identity")]  # once, not every scrape
+    failure = next(r for r in caplog.records if r.getMessage() == "OSD admin socket query failed")
+    assert "'osd.0'" in failure.kv["err"]  # type: ignore[attr-defined]
+
+
+def test_identity_holds_with_a_cached_config(
+    node_trees: dict[str, Tree], fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """osd.5's config show is reused for a minute, and the fake sockets all have this
+    process's pid (as OSDs in a pid namespace the exporter cannot see have none): when
+    osd.5's socket becomes a link to osd.0's within that minute, the next scrape asks the
+    daemon behind it anew and fails osd.5, rather than trust the name osd.5 gave before.
+    Once osd.5 is back, it answers again at the next scrape."""
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(5, recorded_osd("bluestore"))
+    tree = node_trees["epyc9454p-tuned"]
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    from cephnode_exporter.cli import build_scraper, parse_args
+
+    scraper = build_scraper(
+        parse_args(["dump", *tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    )
+    commit = "cephnode_osd_bluestore_commit_latency_seconds_count"
+    try:
+        c = scraper.collect(10.0)
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.5") == 1
+        assert value(c, commit, ceph_daemon="osd.5") is not None
+        fake_node.remove(5)
+        (fake_node.dir / "ceph-osd.5.asok").symlink_to(fake_node.dir / "ceph-osd.0.asok")
+        c = scraper.collect(10.0)
+        only_failure_series(c, "osd.5")
+        assert failed_reasons(caplog) == [("osd.5", "identity")]
+        (fake_node.dir / "ceph-osd.5.asok").unlink()
+        fake_node.add(5, recorded_osd("bluestore"))
+        c = scraper.collect(10.0)
+        assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.5") == 1
+        assert value(c, commit, ceph_daemon="osd.5") is not None
+    finally:
+        scraper.close()
+    again = [r for r in caplog.records if r.getMessage() == "OSD answers again"]
+    assert [r.kv["ceph_daemon"] for r in again] == ["osd.5"]  # type: ignore[attr-defined]
+
+
+def test_a_link_to_another_osds_socket_does_not_hide_the_real_one(
+    node_trees: dict[str, Tree], fake_node: FakeNode
+) -> None:
+    """osd.3 listens in the package layout; the cephadm directory of its fsid, which
+    discovery prefers, holds ceph-osd.3.asok as a link to osd.0's socket. The real
+    socket is kept and healthy, the link left out as a duplicate (same fsid)."""
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(3, recorded_osd("bluestore"))
+    fsid = payload("bluestore", "config show")["fsid"]
+    (fake_node.dir / fsid).mkdir()
+    (fake_node.dir / fsid / "ceph-osd.3.asok").symlink_to(fake_node.dir / "ceph-osd.0.asok")
+    tree = node_trees["epyc9454p-tuned"]
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.3") == 1
+    assert value(c, "cephnode_osd_bluestore_commit_latency_seconds_count", ceph_daemon="osd.3")
+    assert value(c, "cephnode_osd_sockets_ignored", reason="duplicate") == 1
+    assert value(c, "cephnode_scrape_collector_read_errors", collector="osd") == 0
+
+
+def test_choosing_puts_a_socket_of_another_osd_last() -> None:
+    """Of two sockets of osd.3 with the same fsid, one whose daemon named another OSD is
+    the duplicate, however preferred its place (its cluster's cephadm directory) or
+    file (newer); an unknown name (None, or config show without one) is no mismatch."""
+    fsid = "2fa54258-9a6e-40c6-9c75-7f2a8c8a3440"
+    home = OSDSocket(fsid, 3, f"/run/ceph/{fsid}/ceph-osd.3.asok", "cephadm", mtime=200)
+    pkg = OSDSocket("ceph", 3, "/run/ceph/ceph-osd.3.asok", "package", mtime=100)
+
+    def kept(home_name: str | None, pkg_name: str | None) -> str:
+        answers = {
+            home.path: Answer(False, fsid, home_name),
+            pkg.path: Answer(False, fsid, pkg_name),
+        }
+        choice = choose_sockets([home, pkg], answers)
+        assert [d.reason for d in choice.dropped] == ["duplicate"]
+        return choice.kept[0].path
+
+    assert kept("osd.3", "osd.3") == home.path
+    assert kept(None, None) == home.path
+    assert kept("osd.0", "osd.3") == pkg.path
+    assert kept("osd.0", None) == pkg.path
+    assert kept("osd.3", "osd.0") == home.path
+
+
+def test_a_config_without_a_name_is_no_mismatch(
+    node_trees: dict[str, Tree], fake_node: FakeNode
+) -> None:
+    """Every release's config show has ``name``; one without says nothing of who
+    answers (a daemon that leaves it out could as well print the right one), so the
+    OSD is reported, not failed."""
+    config = payload("memstore", "config show")
+    del config["name"]
+    fake_node.add(5, recorded_osd("memstore", {"config show": config}))
+    tree = node_trees["epyc9454p-tuned"]
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.5") == 1
+
+
+def test_a_negative_time_average_sum_fails_that_osd_as_parse(
+    node_trees: dict[str, Tree], fake_node: FakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A time average's sum below 0 (Ceph's is uint64 nanoseconds) fails that OSD with
+    reason parse; its op latency histogram's _sum would otherwise go negative."""
+    dump = payload("bluestore", "perf dump")
+    dump["osd"]["op_w_latency"]["sum"] = -0.25
+    fake_node.add(0, recorded_osd("memstore"))
+    fake_node.add(3, recorded_osd("bluestore", {"perf dump": dump}))
+    tree = node_trees["epyc9454p-tuned"]
+    caplog.set_level(logging.INFO, logger="cephnode_exporter.collectors.osd")
+    c = collect([*tree.flags, f"--ceph.socket-dir={fake_node.dir}", *ONLY_OSD])
+    assert value(c, "cephnode_osd_scrape_success", ceph_daemon="osd.0") == 1
+    only_failure_series(c, "osd.3")
+    assert failed_reasons(caplog) == [("osd.3", "parse")]
 
 
 def test_processes_are_read_after_the_round_in_the_collectors_thread(
@@ -2038,6 +2247,49 @@ def test_a_restarted_osd_is_asked_for_its_config_at_once() -> None:
     assert "config show" in scrape(101, interval=0)
     assert "config show" in scrape(None)
     assert "config show" not in scrape(None)
+
+
+def test_the_config_cache_holds_for_one_socket_file() -> None:
+    """The cache is also keyed by the socket file (device and inode, through a link):
+    a socket re-created or a link pointed at another socket asks config show again
+    within the interval, whatever the pid (none visible, or one pid for all)."""
+    cache = osd_query.ConfigCache()
+
+    def asked(pid: int | None, file_id: tuple[int, int]) -> bool:
+        sock = _ScriptedSocket(pid)
+        osd = OSDSocket("ceph", 3, sock.path, "package", file_id=file_id)
+        replies = scripted_round(sock, cache, 60, None, 0.0, osd)
+        osd_query.parse_replies(OSDFacts(osd, 0.0), replies)
+        return "config show" in sock.asked
+
+    assert asked(None, (1, 10))
+    assert not asked(None, (1, 10))
+    assert asked(None, (1, 11))  # another socket file behind the path
+    assert asked(100, (1, 11))
+    assert not asked(100, (1, 11))
+    assert asked(100, (2, 11))
+
+
+def test_the_daemons_name_is_checked_on_every_scrape() -> None:
+    """The scripted socket's daemon is osd.3 (the recorded config show): reported
+    under osd.4 it is an identity error, from the fresh reply and from the cached one
+    alike; under osd.3 it is not."""
+    cache = osd_query.ConfigCache()
+
+    def scrape(osd_id: int) -> list[str]:
+        sock = _ScriptedSocket(100)
+        osd = OSDSocket("ceph", osd_id, sock.path, "package", file_id=(1, 10))
+        replies = scripted_round(sock, cache, 60, None, 0.0, osd)
+        osd_query.parse_replies(OSDFacts(osd, 0.0), replies)
+        return sock.asked
+
+    assert "config show" in scrape(3)
+    assert "config show" not in scrape(3)
+    with pytest.raises(AsokIdentityError, match=r"'osd\.3'") as err:
+        scrape(4)  # the cached config show, kept for osd.3's socket
+    assert err.value.reason == "identity"
+    with pytest.raises(AsokIdentityError):
+        scrape(4)
 
 
 @pytest.mark.parametrize("bad", ["-1", "x", "3601"])

@@ -27,6 +27,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -84,7 +85,11 @@ def start_threads(count: int) -> None:
 
 
 def replies(
-    kind: str, debug_zero: bool, idle: bool, osd_data: str | None = None
+    kind: str,
+    debug_zero: bool,
+    idle: bool,
+    osd_data: str | None = None,
+    name: str | None = None,
 ) -> dict[str, bytes]:
     out = {}
     for command, stem in COMMANDS.items():
@@ -96,6 +101,9 @@ def replies(
                     data[key] = "0/0"
         if command == "config show" and osd_data is not None:
             data["osd_data"] = osd_data
+        if command == "config show" and name is not None:
+            # A daemon names itself (the exporter checks it against the socket's id).
+            data["name"] = name
         if command == "dump_ops_in_flight" and idle:
             data = {"ops": [], "num_ops": 0}
         out[command] = json.dumps(data).encode()
@@ -142,8 +150,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.threads > 0:
         start_threads(args.threads)
+    match = re.search(r"ceph-(osd\.[0-9]+)\.asok$", args.socket)
+    name = match.group(1) if match else None
     try:
-        serve(args.socket, replies(args.kind, args.debug_zero, args.idle, args.osd_data))
+        answers = replies(args.kind, args.debug_zero, args.idle, args.osd_data, name)
+        serve(args.socket, answers)
     finally:
         if os.path.exists(args.socket):
             os.unlink(args.socket)

@@ -208,6 +208,15 @@ class AsokCommandError(AsokError):
     reason = "command"
 
 
+class AsokIdentityError(AsokError):
+    """The daemon behind the socket is not the one the socket's name says: its own name
+    (``config show``'s ``name``, Ceph's option of that name) is another's, as when the
+    socket is a link to another OSD's or its file is bound by another daemon. Raised by
+    the ``osd`` collector (collectors/osd_query.py), which checks every scrape."""
+
+    reason = "identity"
+
+
 # ----------------------------------------------------------------------------- request
 
 

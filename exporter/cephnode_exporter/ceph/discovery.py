@@ -55,8 +55,11 @@ class NoSocketDirectory(DiscoveryError):
 class OSDSocket:
     """An OSD admin socket. ``cluster`` is the cluster name (package layout) or the
     fsid (cephadm layout): it tells apart two clusters on one node. ``mtime`` is the
-    socket file's (a daemon creates its socket when it starts). ``qualified`` is set by
-    :func:`choose_sockets` when another cluster's OSD on this node has the same id."""
+    socket file's (a daemon creates its socket when it starts). ``file_id`` is the socket
+    file's (device, inode), through a link: another file (a daemon bound the path anew,
+    a link now points elsewhere) is another daemon, or the same one restarted; None when
+    not known. ``qualified`` is set by :func:`choose_sockets` when another cluster's OSD
+    on this node has the same id."""
 
     cluster: str
     osd_id: int
@@ -64,6 +67,7 @@ class OSDSocket:
     layout: str  # "package" or "cephadm"
     mtime: float = field(default=0.0, compare=False)
     qualified: bool = field(default=False, compare=False)
+    file_id: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def ceph_daemon(self) -> str:
@@ -79,13 +83,13 @@ def _scan(directory: str) -> list[os.DirEntry[str]]:
         return list(it)
 
 
-def _socket_mtime(entry: os.DirEntry[str]) -> float | None:
-    """The modification time of a socket (through a symlink), None for anything else."""
+def _socket_stat(entry: os.DirEntry[str]) -> os.stat_result | None:
+    """The status of a socket (through a symlink), None for anything else."""
     try:
         st = entry.stat(follow_symlinks=True)
     except OSError:
         return None  # vanished between scandir and stat, or a dangling link
-    return st.st_mtime if stat.S_ISSOCK(st.st_mode) else None
+    return st if stat.S_ISSOCK(st.st_mode) else None
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -103,8 +107,8 @@ def _osd_sockets(
         m = _OSD_SOCKET.match(entry.name)
         if m is None:
             continue
-        mtime = _socket_mtime(entry)
-        if mtime is None:
+        st = _socket_stat(entry)
+        if st is None:
             continue
         found.append(
             OSDSocket(
@@ -112,7 +116,8 @@ def _osd_sockets(
                 osd_id=int(m["id"]),
                 path=os.path.join(directory, entry.name),
                 layout=layout,
-                mtime=mtime,
+                mtime=st.st_mtime,
+                file_id=(st.st_dev, st.st_ino),
             )
         )
     return found
@@ -173,11 +178,13 @@ DROP_REASONS = (STALE, DUPLICATE, LIMIT)
 @dataclass(frozen=True)
 class Answer:
     """What querying a socket told about it: ``refused`` when connecting failed with
-    ECONNREFUSED (nobody listens: a stale file), and the cluster fsid its daemon reported
-    in ``config show`` (this scrape's or an earlier one's), None when unknown."""
+    ECONNREFUSED (nobody listens: a stale file), and the cluster fsid and the name
+    (``osd.3``) its daemon reported in ``config show`` (this scrape's or an earlier
+    one's), None when unknown."""
 
     refused: bool = False
     fsid: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,11 +222,14 @@ def _identity(s: OSDSocket, answer: Answer) -> str:
     return (answer.fsid or s.cluster).lower()
 
 
-def _preference(s: OSDSocket, answer: Answer) -> tuple[bool, float, str]:
-    """Sort key, best first: a socket in the cephadm directory of the fsid its daemon
+def _preference(s: OSDSocket, answer: Answer) -> tuple[bool, bool, float, str]:
+    """Sort key, best first: a socket whose daemon did not name another OSD (a link to
+    another OSD's socket fails as that OSD's, collectors/osd_query.py check_identity, and
+    must not hide the real one), then one in the cephadm directory of the fsid its daemon
     reported, then the newest file (the daemon started last made it), then the path."""
+    other = bool(answer.name) and answer.name != f"osd.{s.osd_id}"
     at_home = s.layout == "cephadm" and answer.fsid is not None and answer.fsid.lower() == s.cluster
-    return (not at_home, -s.mtime, s.path)
+    return (other, not at_home, -s.mtime, s.path)
 
 
 def choose_sockets(sockets: Iterable[OSDSocket], answers: Mapping[str, Answer]) -> Choice:
@@ -250,7 +260,7 @@ def choose_sockets(sockets: Iterable[OSDSocket], answers: Mapping[str, Answer]) 
             kept.extend(group)
             continue
 
-        def pref(s: OSDSocket) -> tuple[bool, float, str]:
+        def pref(s: OSDSocket) -> tuple[bool, bool, float, str]:
             return _preference(s, answers.get(s.path, none))
 
         live = sorted((s for s in group if not answers.get(s.path, none).refused), key=pref)

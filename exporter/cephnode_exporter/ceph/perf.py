@@ -266,6 +266,24 @@ class TimeAvg:
     sum: float
 
 
+# A time average (PERFCOUNTER_TIME | PERFCOUNTER_LONGRUNAVG) keeps its sum as uint64
+# nanoseconds and prints it as seconds, "%" PRId64 ".%09" PRId64 of sum / 1e9 and
+# sum % 1e9 (ceph/ceph src/common/perf_counters.cc, dump_formatted_generic): between 0
+# and 2^64 ns. A sum outside is no Ceph counter; a negative one would make the exported
+# histogram _sum and the latency means go backwards.
+MAX_TIME_SUM_SECONDS = UINT64_MAX / NS_PER_S
+
+
+def _time_sum(value: Any, what: str) -> float:
+    """A time average's sum in seconds: a finite number from 0 to MAX_TIME_SUM_SECONDS."""
+    seconds = _num(value, what)  # refuses non-numbers, bool, NaN and infinities
+    if not 0 <= seconds <= MAX_TIME_SUM_SECONDS:
+        raise PerfParseError(
+            f"{what}: expected seconds from 0 to {MAX_TIME_SUM_SECONDS:.0f}, got {_short(value)}"
+        )
+    return seconds
+
+
 def _time_avg(section: Mapping[str, Any], name: str, what: str) -> TimeAvg | None:
     value = section.get(name)
     if value is None:
@@ -274,7 +292,7 @@ def _time_avg(section: Mapping[str, Any], name: str, what: str) -> TimeAvg | Non
         raise PerfParseError(f"{what}.{name}: expected {{avgcount, sum}}, got {_short(value)}")
     return TimeAvg(
         _int(value.get("avgcount"), f"{what}.{name}.avgcount"),
-        _num(value.get("sum"), f"{what}.{name}.sum"),
+        _time_sum(value.get("sum"), f"{what}.{name}.sum"),
     )
 
 
@@ -501,6 +519,9 @@ class OSDConfig:
     # the option is set but means nothing.
     op_queue: str = ""
     mclock_profile: str = ""
+    # The daemon's own name (Ceph's option `name`, "osd.3"), checked against its socket's
+    # name (collectors/osd_query.py); "" when config show lacks it or it is no string.
+    name: str = ""
 
 
 def parse_debug_level(text: str) -> DebugLevel | None:
@@ -540,6 +561,7 @@ def parse_config(config: Any) -> OSDConfig:
     profile = config.get("osd_mclock_profile")
     if not isinstance(profile, str) or op_queue != counters.MCLOCK_SCHEDULER:
         profile = ""
+    own_name = config.get("name")
     return OSDConfig(
         debug=debug,
         options=options,
@@ -548,6 +570,7 @@ def parse_config(config: Any) -> OSDConfig:
         osd_data=osd_data if isinstance(osd_data, str) else "",
         op_queue=op_queue,
         mclock_profile=profile,
+        name=own_name if isinstance(own_name, str) else "",
     )
 
 

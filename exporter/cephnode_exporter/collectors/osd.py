@@ -302,7 +302,7 @@ class OSDCollector(Collector):
             cache = self._config_caches.setdefault(s.path, ConfigCache())
             network = self._network_caches.setdefault(s.path, NetworkCache())
             rounds[s.path] = query_round(
-                sock, cache, self._config_interval, network, self._network_interval
+                sock, cache, self._config_interval, network, self._network_interval, s
             )
         results = run_rounds(rounds, timeout)
         # One socket per daemon: a stale or second socket of an OSD is left out here.
@@ -360,7 +360,8 @@ class OSDCollector(Collector):
         for s in sockets:
             cache = self._config_caches.get(s.path)
             refused = isinstance(results[s.path].error, AsokStale)
-            out[s.path] = Answer(refused, cache.fsid if cache is not None else None)
+            known = (cache.fsid, cache.name) if cache is not None else (None, None)
+            out[s.path] = Answer(refused, *known)
         return out
 
     def _note_dropped(self, dropped: list[Dropped]) -> None:

@@ -3,13 +3,14 @@
 Part of the ``osd`` collector (collectors/osd.py), which runs :func:`query_round` for
 every OSD at once (ceph/asokloop.py) and then calls :func:`parse_replies`. A round sends
 ``perf histogram dump``, ``perf dump`` and ``dump_ops_in_flight`` every scrape;
-``config show`` and ``version`` only when the OSD's :class:`ConfigCache` is stale or its
-pid changed (a restart); ``dump_osd_network`` likewise only when its
-:class:`NetworkCache` is; ``dump_objectstore_kv_stats`` only when config show says the
-OSD keeps RocksDB statistics. The round finds the OSD's pid (the socket's peer); its
+``config show`` and ``version`` only when the OSD's :class:`ConfigCache` is stale, its
+pid changed (a restart) or its socket file did; ``dump_osd_network`` likewise only when
+its :class:`NetworkCache` is; ``dump_objectstore_kv_stats`` only when config show says
+the OSD keeps RocksDB statistics. The round finds the OSD's pid (the socket's peer); its
 process is read afterwards (:func:`read_osd_process`), one OSD after the other. Replies
 are parsed by ceph/perf.py, ceph/kvstats.py and ceph/network.py; this module only decides
-what to ask and where the answers go.
+what to ask and where the answers go, and checks that the daemon answering is the OSD
+the socket's name says (:func:`check_identity`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cephnode_exporter.ceph import kvstats, perf
-from cephnode_exporter.ceph.asok import AdminSocket, AsokError, decode_reply
+from cephnode_exporter.ceph.asok import AdminSocket, AsokError, AsokIdentityError, decode_reply
 from cephnode_exporter.ceph.asokloop import PEER, Ask, Round
+from cephnode_exporter.ceph.discovery import OSDSocket
 from cephnode_exporter.ceph.network import NetworkPings, parse_osd_network
 from cephnode_exporter.ceph.perf import OSDConfig, PerfParseError
 from cephnode_exporter.facts.osd import OSDFacts
@@ -42,23 +44,34 @@ class ConfigCache:
 
     The round decides and fetches; :func:`parse_replies` parses a fresh reply and
     stores the result (or clears the cache when it does not parse, so the next scrape
-    asks again). A pid of None (not visible) relies on the interval alone.
+    asks again). Reused only while the socket's peer pid and its file (device and inode
+    through a link, ``OSDSocket.file_id``) are those of the fetch: config show's ``name``
+    is checked against the socket on every scrape, and a cached name must be the name of
+    the daemon answering now. A pid of None (not visible: another pid namespace) relies on
+    the file: a daemon binding the path anew, or a link pointed at another socket, is
+    another file. A file_id of None (not known) relies on the pid alone.
     """
 
     pid: int | None = None
     fetched: float = float("-inf")
+    socket: tuple[int, int] | None = None  # the socket file's file_id at the fetch
     config: perf.OSDConfig | None = None
     version: str | None = None
     kv_wanted: bool = False
     # The cluster fsid config show reported: tells a second socket of the same daemon
-    # from another cluster's OSD with the same id (discovery.choose_sockets).
+    # from another cluster's OSD with the same id (discovery.choose_sockets), which also
+    # prefers a socket whose daemon's name (config show's) is its OSD's.
     fsid: str | None = None
+    name: str | None = None
 
-    def fresh(self, pid: int | None, now: float, interval: float) -> bool:
+    def fresh(
+        self, pid: int | None, now: float, interval: float, socket: tuple[int, int] | None = None
+    ) -> bool:
         return (
             self.config is not None
             and self.version is not None
             and pid == self.pid
+            and socket == self.socket
             and now - self.fetched < interval
         )
 
@@ -73,18 +86,27 @@ class NetworkCache:
     change), so a reply asked for within the minute mostly repeats the last one. Reused
     for at most the interval (a change shows up to that much later, as it would with
     the interval as the scrape interval), and dropped at once when the OSD's pid changed
-    (a restarted OSD starts its averages afresh). The round decides and fetches;
+    (a restarted OSD starts its averages afresh) or its socket file (as
+    :class:`ConfigCache`). The round decides and fetches;
     :func:`parse_replies` parses a fetched reply and stores the summary (or leaves the
     cache empty when it does not parse, so the next scrape asks again). A pid of None
-    (not visible) relies on the interval alone.
+    (not visible) relies on the socket file and the interval.
     """
 
     pid: int | None = None
     fetched: float = float("-inf")
     pings: NetworkPings | None = None
+    socket: tuple[int, int] | None = None  # the socket file's file_id at the fetch
 
-    def fresh(self, pid: int | None, now: float, interval: float) -> bool:
-        return self.pings is not None and pid == self.pid and now - self.fetched < interval
+    def fresh(
+        self, pid: int | None, now: float, interval: float, socket: tuple[int, int] | None = None
+    ) -> bool:
+        return (
+            self.pings is not None
+            and pid == self.pid
+            and socket == self.socket
+            and now - self.fetched < interval
+        )
 
 
 @dataclass
@@ -95,6 +117,9 @@ class _Replies:
     other OSDs' ready sockets waiting."""
 
     path: str = ""
+    # The daemon the socket's name says ("osd.5"), checked against config show's name
+    # (check_identity); "" when the round was not told (not checked).
+    expected: str = ""
     histograms: bytes = b""
     perf: bytes = b""
     ops: bytes = b""
@@ -122,12 +147,16 @@ def _round(
     interval: float,
     network: NetworkCache | None = None,
     network_interval: float = 0.0,
+    osd: OSDSocket | None = None,
 ) -> Round[_Replies]:
-    """One OSD's round (ceph/asokloop.py): each request yielded, its payload received."""
+    """One OSD's round (ceph/asokloop.py): each request yielded, its payload received.
+    ``osd``: the socket as discovered, whose name and file the replies are checked
+    against (None: neither is)."""
     path = sock.path
+    file_id = osd.file_id if osd is not None else None
     # perf histogram dump just before perf dump: the histogram's _count and perf
     # dump's _sum are then at most a few milliseconds apart (docs/metrics.md).
-    r = _Replies(path=path)
+    r = _Replies(path=path, expected=f"osd.{osd.osd_id}" if osd is not None else "")
     r.histograms = yield Ask("perf histogram dump", {"logger": "osd"})
     # The pid of that connection's peer tells a restarted OSD from the cached one.
     seen = sock.last_peer
@@ -136,7 +165,11 @@ def _round(
     r.ops = yield Ask("dump_ops_in_flight")
     now = time.monotonic()
     r.network_cache = network
-    if network is not None and seen is not None and network.fresh(seen_pid, now, network_interval):
+    if (
+        network is not None
+        and seen is not None
+        and network.fresh(seen_pid, now, network_interval, file_id)
+    ):
         r.network_fetched = False
     else:
         # Heartbeat ping times to every peer (value 0: no threshold): ceph/network.py.
@@ -145,9 +178,9 @@ def _round(
         del reply
         if network is not None:
             network.pings = None  # until the collector parsed the reply
-            network.pid, network.fetched = seen_pid, now
+            network.pid, network.fetched, network.socket = seen_pid, now, file_id
     r.cache = cache
-    if seen is not None and cache.fresh(seen_pid, now, interval):
+    if seen is not None and cache.fresh(seen_pid, now, interval, file_id):
         r.fetched = False
     else:
         config = decode_reply((yield Ask("config show")), path, "config show")
@@ -155,9 +188,12 @@ def _round(
         cache.config, cache.version = None, None  # until the collector parsed them
         cache.pid = seen_pid
         cache.fetched = now
+        cache.socket = file_id
         cache.kv_wanted = kvstats.wanted(config)
         fsid = config.get("fsid") if isinstance(config, dict) else None
         cache.fsid = fsid if isinstance(fsid, str) else None
+        name = config.get("name") if isinstance(config, dict) else None
+        cache.name = name if isinstance(name, str) else None
         r.config = _parsed(perf.parse_config, config)
         del config
     if cache.kv_wanted:
@@ -206,11 +242,9 @@ def read_osd_process(
 
 def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     """Fill ``facts`` from the replies; raises :class:`perf.PerfParseError`, or
-    :class:`AsokError` (``AsokDecodeError``) for a reply that is no JSON."""
+    :class:`AsokError` (``AsokDecodeError`` for a reply that is no JSON,
+    ``AsokIdentityError`` for a daemon that is not the socket's OSD)."""
     path = replies.path
-    histograms = decode_reply(replies.histograms, path, "perf histogram dump")
-    perf_dump = decode_reply(replies.perf, path, "perf dump")
-    ops = decode_reply(replies.ops, path, "dump_ops_in_flight")
     cache = replies.cache
     if not replies.fetched and cache is not None:
         facts.config, facts.version = cache.config, cache.version
@@ -218,6 +252,11 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
         facts.config = _raised(replies.config)
         facts.version = perf.parse_version(replies.version)
     assert facts.config is not None
+    # Before anything else is read: nothing of another daemon becomes this OSD's facts.
+    check_identity(replies, facts.config)
+    histograms = decode_reply(replies.histograms, path, "perf histogram dump")
+    perf_dump = decode_reply(replies.perf, path, "perf dump")
+    ops = decode_reply(replies.ops, path, "dump_ops_in_flight")
     facts.histograms = perf.parse_op_histograms(histograms)
     # Counter names by the OSD's release, and what its release and object store should
     # have, from the table in ceph/counters.py.
@@ -254,6 +293,28 @@ def parse_replies(facts: OSDFacts, replies: _Replies) -> None:
     facts.process_error = replies.process_error
 
 
+def check_identity(replies: _Replies, config: perf.OSDConfig) -> None:
+    """Raise :class:`AsokIdentityError` when the daemon's own name (config show, this
+    scrape's or the cached one, which ConfigCache keeps only for the same pid and socket
+    file) is not the OSD the socket's name says: a link ``ceph-osd.5.asok`` to osd.0's
+    socket, or a socket file another daemon now binds, would otherwise report osd.0's
+    data as osd.5's.
+
+    A config show without ``name`` (or with one that is no string) is not a mismatch:
+    every Ceph release prints it (a core option of every daemon), so only a daemon that
+    is no Ceph, or a hostile one, leaves it out, and such a daemon could as well print
+    the expected name; refusing it would buy no safety, only lose an OSD's series should
+    a release ever drop the option.
+    """
+    if replies.expected and config.name and config.name != replies.expected:
+        shown = config.name if len(config.name) <= 64 else config.name[:61] + "..."
+        raise AsokIdentityError(
+            replies.path,
+            "config show",
+            f"the daemon's name is {shown!r}, the socket's name says {replies.expected}",
+        )
+
+
 def _raised(parsed: P | perf.PerfParseError | None) -> P:
     """A summary the round parsed; its parse error raised (None: not in the reply)."""
     if isinstance(parsed, perf.PerfParseError):
@@ -269,6 +330,7 @@ def query_round(
     interval: float,
     network: NetworkCache | None = None,
     network_interval: float = 0.0,
+    osd: OSDSocket | None = None,
 ) -> tuple[AdminSocket, Round[_Replies]]:
     """One OSD's round as :func:`~cephnode_exporter.ceph.asokloop.run_rounds` runs it."""
-    return sock, _round(sock, cache, interval, network, network_interval)
+    return sock, _round(sock, cache, interval, network, network_interval, osd)
