@@ -30,7 +30,9 @@ Timing transform (tests/alerts/e2e_support.py), mechanical and checked by the te
 - Rule files: each group's ``interval: 1m`` becomes ``1s`` and every ``for:`` is divided
   by 60 (15m -> 15s, 1m -> 1s, 5m -> 5s): rule time runs 60 times faster, so the
   relations between alerts (CephNodeExporterDown's 5 minutes against the 15 of the
-  detuned alerts) stay. Expressions, rate windows, labels and annotations are untouched:
+  detuned alerts) stay, and so are the windows of max_, last_, min_ and count_over_time
+  (at least four test scrapes), which carry states over missed scrapes or count
+  evaluations in a row. Rate windows, labels and annotations are untouched:
   the asserted alerts read instant gauges, and a ``rate(...[5m])`` elsewhere needs only
   two samples in its window, which a 2 s scrape gives within seconds.
 - Alertmanager: every route's group_wait and group_interval become 1s and
@@ -184,7 +186,7 @@ def write_rule_files(rule_docs: dict[str, dict[str, Any]], dest: Path) -> None:
         assert without(fast, ["interval", "for", "expr"]) == without(
             doc, ["interval", "for", "expr"]
         ), name
-        # Expressions differ only in their max_/last_over_time windows.
+        # Expressions differ only in their max_, last_, min_ and count_over_time windows.
         window = re.compile(r"(?<=_over_time\()([^\[]*)\[[0-9a-z]+\]")
         for fg, g in zip(fast["groups"], doc["groups"], strict=True):
             for fr, r in zip(fg["rules"], g["rules"], strict=True):

@@ -159,6 +159,12 @@ def undo_custom(rule: dict[str, Any], seen: set[str]) -> dict[str, Any]:
         assert "for 10 minutes" in desc, desc
         rule["annotations"]["description"] = desc.replace("for 10 minutes", "for 5 minutes")
         seen.add("exporterDownFor")
+    if n == "CephNodeOSDHostUnwatched":
+        swap("expr", 'up{job="node-ceph"}', 'up{job="cephnode"}', "selector")
+    if n == "CephNodeExporterFlapping":
+        # The job, and CephNodeExporterDown's hold, after which a target down is left to it.
+        swap("expr", 'job="node-ceph"', 'job="cephnode"', "selector")
+        swap("expr", '{job="cephnode"}[10m]) == 0', '{job="cephnode"}[5m]) == 0', "exporterDownFor")
     if n == "ceph_daemon_op:cephnode_osd_op_latency_seconds:mean_rate2m_outlier":
         swap("expr", "\n>= 3\n", "\n>= 2\n", "osdLatencyOutlierFactor")
     if n == "CephNodeOSDLatencyOutlier":

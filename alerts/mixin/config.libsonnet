@@ -115,10 +115,18 @@
 
     // ---------------------------------------------------------------- laggy PGs
 
-    // CephNodeLaggyPGs, and CephNodeLaggyPGsAttributed: the share of the laggy PGs an
-    // OSD (as a replica) or a host must be in to be named.
-    laggyPGsFor: '1m',
+    // CephNodeLaggyPGs: evaluations of the last 3 minutes at which PGs were laggy or
+    // waiting in the mgr's last two scrapes (cluster:ceph_pg_laggy_wait:sum_min45s). 2: a
+    // sustained stall pages 60-90 s after the mgr's first report, a stall that keeps coming
+    // back (one every 90 s) stays paged, and an OSD restart's wait (one scrape) never counts.
+    laggyPGsStallEvaluations: 2,
+    // CephNodeLaggyPGsAttributed: an OSD is named as a replica of at least
+    // laggyPGsAttributionMinShare of the laggy PGs and of laggyPGsAttributionFactor times
+    // as many as the median OSD in them (several stalls at once), or (as a host is) of at
+    // least laggyPGsAttributionShare of them and of the most (one stall in a small cluster).
     laggyPGsAttributionShare: 0.5,
+    laggyPGsAttributionMinShare: 0.2,
+    laggyPGsAttributionFactor: 3,
     laggyPGsAttributedFor: '1m',
 
     // ---------------------------------------------------------------- heartbeat pings
@@ -157,9 +165,24 @@
 
     // ---------------------------------------------------------------- the exporter
 
+    // CephNodeExporterDown: up == 0 for this long (a restart or one slow scrape is not
+    // a ticket).
     exporterDownFor: '5m',
-    collectorFailingFor: '15m',
+    // CephNodeExporterFlapping: at least this many interruptions (restarts, or stretches
+    // of failed scrapes) in the window, for this long. One or two rolling restarts in 10
+    // minutes stay below 3; a burst of three restarts by hand drops out of the window
+    // before the hold ends.
+    exporterFlappingWindow: '10m',
+    exporterFlappingMinInterruptions: 3,
+    exporterFlappingFor: '10m',
+    // CephNodeCollectorFailing: every scrape failed for this long (over a 90 s window). A
+    // collector failing for good takes its checks' alerts away 90 s later: short.
+    collectorFailingFor: '5m',
+    // CephNodeOSDSocketUnresponsive: four scrapes.
     osdSocketUnresponsiveFor: '2m',
+    // CephNodeOSDHostUnwatched: the mgr reports OSDs of a host up that no exporter
+    // reports, for this long (a new node's exporter deployed after its OSDs).
+    osdHostUnwatchedFor: '10m',
 
     // ---------------------------------------------------------------- dashboards
 

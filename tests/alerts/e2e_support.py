@@ -88,7 +88,8 @@ def without(doc: Any, keys: Iterable[str]) -> Any:
 def speed_up_rules(doc: dict[str, Any]) -> dict[str, Any]:
     """A rule file for the test: every group's ``interval`` becomes :data:`RULE_INTERVAL`
     and every ``for`` is divided by :data:`TIME_SCALE`, and so is the window of every
-    ``max_over_time``/``last_over_time`` (at least four test scrapes); nothing else changes."""
+    ``max_over_time``/``last_over_time``/``min_over_time``/``count_over_time`` (at least
+    four test scrapes); nothing else changes."""
     out = copy.deepcopy(doc)
     for group in out["groups"]:
         if "interval" in group:
@@ -97,12 +98,14 @@ def speed_up_rules(doc: dict[str, Any]) -> dict[str, Any]:
             if "for" in rule:
                 rule["for"] = format_duration_ms(parse_duration_ms(rule["for"]) // TIME_SCALE)
             # Windows that only carry a state over missed scrapes or its aftermath
-            # (max_over_time, last_over_time) shrink too, to four test scrapes at least.
+            # (max_over_time, last_over_time), or count evaluations or scrapes in a
+            # row (the laggy-PG page's min_over_time and count_over_time), shrink too, to
+            # four test scrapes at least.
             rule["expr"] = _OVER_TIME.sub(_faster_window, rule["expr"])
     return out
 
 
-_OVER_TIME = re.compile(r"((?:max|last)_over_time\([^\[]*)\[(\d+[smhd])\]")
+_OVER_TIME = re.compile(r"((?:max|last|min|count)_over_time\([^\[]*)\[(\d+[smhd])\]")
 
 
 def _faster_window(m: re.Match[str]) -> str:

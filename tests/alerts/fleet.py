@@ -408,6 +408,7 @@ class Fleet:
 SYNTHETIC = frozenset(
     {
         "up",
+        "process_start_time_seconds",
         "cephnode_scrape_collector_success",
         "cephnode_tuning_check_failed",
         "cephnode_tuning_check_warning",
@@ -1061,6 +1062,16 @@ class Generator:
         tgt = self.target(host)
         if self.want("up"):
             w.write("up", tgt, [1.0 if up else 0.0 for up in self.exp_up[host.name]])
+        if self.want("process_start_time_seconds"):
+            # The exporter's start, a few seconds before its first scrape after each
+            # (re)start (CephNodeExporterFlapping counts its changes).
+            started: float | None = None
+            values: list[float | None] = []
+            for i in range(n):
+                if i in self.exp_starts[host.name]:
+                    started = float(self.times[i] - 5)
+                values.append(started)
+            w.write("process_start_time_seconds", tgt, values)
         kinds = self.kind_at[host.name]
         order = list(dict.fromkeys(kinds))
         # Each series of the snapshots of the kinds the host has over time, with the

@@ -81,13 +81,14 @@ local fold = text.fold;
           // Measured by the kprofile collector (off by default). The gauge is the latest
           // window's share; `for` asks for 5 consecutive windows at the default 60 s interval,
           // and the window must hold at least 100 busy samples (kernel.spinlock_iommu's
-          // min_samples) to be judged. Quiet where the iommu.nvme check fails on the host:
+          // min_samples) to be judged; the latest window of the last 90 s stands in for one
+          // missed scrape, which would reset the `for`. Quiet where the iommu.nvme check fails on the host:
           // CephNodeIOMMUTranslatingNVMe names that cause, and the contention is its cost.
           {
             alert: 'CephNodeIOMMUSpinlockContention',
             expr: |||
-              cephnode_kprofile_spinlock_iommu_ratio > %(iommuSpinlockWarningRatio)g
-              and on (%(clusterLabel)s, instance) cephnode_kprofile_last_window_non_idle_samples >= %(iommuSpinlockMinSamples)g
+              last_over_time(cephnode_kprofile_spinlock_iommu_ratio[90s]) > %(iommuSpinlockWarningRatio)g
+              and on (%(clusterLabel)s, instance) last_over_time(cephnode_kprofile_last_window_non_idle_samples[90s]) >= %(iommuSpinlockMinSamples)g
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
               unless on (%(clusterLabel)s, instance)
               (
@@ -108,8 +109,8 @@ local fold = text.fold;
           {
             alert: 'CephNodeIOMMUSpinlockContention',
             expr: |||
-              cephnode_kprofile_spinlock_iommu_ratio > %(iommuSpinlockCriticalRatio)g
-              and on (%(clusterLabel)s, instance) cephnode_kprofile_last_window_non_idle_samples >= %(iommuSpinlockMinSamples)g
+              last_over_time(cephnode_kprofile_spinlock_iommu_ratio[90s]) > %(iommuSpinlockCriticalRatio)g
+              and on (%(clusterLabel)s, instance) last_over_time(cephnode_kprofile_last_window_non_idle_samples[90s]) >= %(iommuSpinlockMinSamples)g
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
               unless on (%(clusterLabel)s, instance)
               (
@@ -205,7 +206,7 @@ local fold = text.fold;
             'for': $._config.detunedCheckFor,
             labels: { severity: 'warning' },
             annotations: {
-              summary: "A network port of a Ceph OSD host has an MTU below the profile's.",
+              summary: "A network interface of a Ceph OSD host has an MTU below the profile's.",
               description: fold(|||
                 Interface {{ $labels.device }} on {{ $labels.instance }} has an MTU below the
                 profile's (check {{ $labels.check }}).

@@ -11,15 +11,41 @@ local duration = text.duration;
         name: 'cephnode.exporter',
         interval: $._config.ruleEvaluationInterval,
         rules: [
-          // Not where the mgr reports every OSD of the host down (the host's name is the
-          // target's first label, without domain and port, as cluster_hostname: cuts the mgr's):
-          // the host is down, rebooting or in maintenance, which ceph-mixin's CephOSDHostDown
-          // reports.
+          // Which host each exporter target serves, as the mgr names it: the hostname
+          // (first label) of the OSDs the target reports (cephnode_osd_scrape_success, one
+          // series per socket, answering or not) in ceph_osd_metadata. Unlike the target's
+          // name, this holds for targets listed by address (10.0.0.12:10060,
+          // [fd00::12]:10060) and for names that differ from the host's. The alerts below
+          // read its last hour (last_over_time), so a target that is down still maps to its
+          // host: 68 series at 630 OSDs, not the hour of the 630 per-OSD ones.
+          {
+            record: 'instance_hostname:cephnode_osd_scrape_success:group',
+            expr: |||
+              group by (%(clusterLabel)s, instance, hostname) (
+                label_replace(
+                  cephnode_osd_scrape_success
+                  * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
+                  ceph_daemon_device_class:ceph_osd_metadata:group{hostname!=""},
+                  "hostname", "$1", "hostname", "([^.]+).*"
+                )
+              )
+            ||| % $._config,
+          },
+          // Not where the mgr reports every OSD of the host down: the host is down,
+          // rebooting or in maintenance, which ceph-mixin's CephOSDHostDown reports. The
+          // host is the one whose OSDs the target reported in the last hour (above); for a
+          // target never seen with an OSD, the target's first label, without domain and
+          // port, as cluster_hostname: cuts the mgr's (the `hostname` label, which is only
+          // that: an address gives its first number).
           {
             alert: 'CephNodeExporterDown',
             expr: |||
               label_replace(up{%(cephnodeSelector)s}, "hostname", "$1", "instance", "\\[?([^.:\\]]+)[^:]*\\]?(:[0-9]+)?") == 0
               unless on (%(clusterLabel)s, hostname) (cluster_hostname:ceph_osd_up:max == 0)
+              unless on (%(clusterLabel)s, instance) (
+                last_over_time(instance_hostname:cephnode_osd_scrape_success:group[1h])
+                * on (%(clusterLabel)s, hostname) group_left () (cluster_hostname:ceph_osd_up:max == 0)
+              )
             ||| % $._config,
             'for': $._config.exporterDownFor,
             labels: { severity: 'warning' },
@@ -32,9 +58,86 @@ local duration = text.duration;
               ||| % ($._config { forText: duration($._config.exporterDownFor) })),
             },
           },
+          // An exporter that is up most of the time but keeps being interrupted: restarted
+          // (process_start_time_seconds changes, also when the restart falls between two
+          // scrapes: systemd restarts it 5 s after a crash) or failing scrapes (stretches of
+          // up == 0: a crash, a scrape over the timeout; ceil(changes / 2) counts a stretch
+          // that began before the window too). Each interruption empties the series of the
+          // host for a scrape and restarts the windows and counters of its rules, so its
+          // other alerts may never fire. One rolling restart, or two (a configuration change
+          // and an upgrade), stay below the threshold; an exporter down for the whole of
+          // CephNodeExporterDown's hold is that alert's.
+          {
+            alert: 'CephNodeExporterFlapping',
+            expr: |||
+              (
+                changes(process_start_time_seconds{%(cephnodeSelector)s}[%(exporterFlappingWindow)s]) >= %(exporterFlappingMinInterruptions)g
+                or
+                ceil(changes(up{%(cephnodeSelector)s}[%(exporterFlappingWindow)s]) / 2) >= %(exporterFlappingMinInterruptions)g
+              )
+              unless on (%(clusterLabel)s, instance, job) (max_over_time(up{%(cephnodeSelector)s}[%(exporterDownFor)s]) == 0)
+            ||| % $._config,
+            'for': $._config.exporterFlappingFor,
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'A cephnode-exporter keeps restarting or failing scrapes.',
+              description: fold(|||
+                The cephnode-exporter on {{ $labels.instance }} (cluster
+                {{ $labels.%(clusterLabel)s }}) restarted or failed a scrape {{ $value }} times in
+                the last %(windowText)s, and has for %(forText)s: every interruption restarts the
+                holds of the host's other alerts, which may never fire.
+              ||| % ($._config {
+                       windowText: duration($._config.exporterFlappingWindow),
+                       forText: duration($._config.exporterFlappingFor),
+                     })),
+            },
+          },
+          // A host where the mgr reports an OSD up (its latest report of the last 5 minutes:
+          // through a missed mgr scrape, and a host whose OSDs were purged while the mgr last
+          // saw them up is let go before the hold ends) but no exporter has reported any of
+          // its OSDs for 5 minutes: the host has no cephnode target (left out of the scrape
+          // configuration, a new node), or its exporter sees no OSD socket (a wrong
+          // --ceph.socket-dir, /run/ceph hidden from the service: cephnode_osd_sockets 0).
+          // Its OSDs' latency is not watched, and an hour later it no longer counts as an
+          // OSD host (instance:cephnode_osd_sockets:max1h), which silences its detuned-node
+          // alerts. Not where the host's exporter is down: CephNodeExporterDown's (the target
+          // mapped as there).
+          {
+            alert: 'CephNodeOSDHostUnwatched',
+            expr: |||
+              last_over_time(cluster_hostname:ceph_osd_up:max_instant[5m]) == 1
+              unless on (%(clusterLabel)s, hostname)
+                max_over_time(instance_hostname:cephnode_osd_scrape_success:group[5m])
+              unless on (%(clusterLabel)s, hostname) (
+                (
+                  last_over_time(instance_hostname:cephnode_osd_scrape_success:group[1h])
+                  and on (%(clusterLabel)s, instance) (up{%(cephnodeSelector)s} == 0)
+                )
+                or
+                label_replace(up{%(cephnodeSelector)s}, "hostname", "$1", "instance", "\\[?([^.:\\]]+)[^:]*\\]?(:[0-9]+)?") == 0
+              )
+            ||| % $._config,
+            'for': $._config.osdHostUnwatchedFor,
+            labels: { severity: 'warning' },
+            annotations: {
+              summary: 'The mgr reports OSDs up on a host no cephnode-exporter watches.',
+              description: fold(|||
+                The mgr reports OSDs of host {{ $labels.hostname }} (cluster
+                {{ $labels.%(clusterLabel)s }}) up, but no cephnode-exporter has reported any of
+                them for %(forText)s: the host has no cephnode target, or its exporter finds no
+                OSD admin socket. Its tuning and OSD latency are not watched.
+              ||| % ($._config { forText: duration($._config.osdHostUnwatchedFor) })),
+            },
+          },
+          // A collector whose success gauge is 0 in every scrape of the last 90 seconds: one
+          // missed scrape (a restart of the exporter, a slow scrape) carries over instead of
+          // restarting the hold, and one success clears it. A collector that fails now and
+          // then is logged, not alerted. The hold is short because a collector that fails
+          // for good takes its checks' series away, and their alerts resolve 90 seconds
+          // later: the host looks clean until this fires.
           {
             alert: 'CephNodeCollectorFailing',
-            expr: 'cephnode_scrape_collector_success == 0',
+            expr: 'max_over_time(cephnode_scrape_collector_success[90s]) == 0',
             'for': $._config.collectorFailingFor,
             labels: { severity: 'warning' },
             annotations: {
@@ -42,13 +145,15 @@ local duration = text.duration;
               description: fold(|||
                 Collector {{ $labels.collector }} of the exporter on {{ $labels.instance }} has
                 failed every scrape for %(forText)s; its metrics and the checks that use them are
-                missing.
+                missing, and the alerts of those checks cannot fire.
               ||| % ($._config { forText: duration($._config.collectorFailingFor) })),
             },
           },
+          // No answer in any scrape of the last 90 seconds: one missed scrape (the exporter
+          // restarting) does not restart the hold, one answer clears it.
           {
             alert: 'CephNodeOSDSocketUnresponsive',
-            expr: 'cephnode_osd_scrape_success == 0',
+            expr: 'max_over_time(cephnode_osd_scrape_success[90s]) == 0',
             'for': $._config.osdSocketUnresponsiveFor,
             labels: { severity: 'warning' },
             annotations: {

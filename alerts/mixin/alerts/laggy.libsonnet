@@ -11,76 +11,208 @@ local fold = text.fold;
         name: 'cephnode.laggy',
         interval: $._config.laggyRuleEvaluationInterval,
         rules: [
-          // Laggy or waiting PGs, straight from the mgr (no recording between: every hop is
-          // an evaluation interval of delay). max by pool first: two mgrs answering during a
-          // failover must not double the count. One minute filters the seconds of "wait" an
-          // OSD restart causes (old read leases expire within osd_pool_default_read_lease_ratio
-          // x osd_heartbeat_grace, 16 s by default).
+          // PGs laggy or waiting in each of the mgr's last two scrapes (each pool's min over
+          // 45 s: with 30 s scrapes at most the latest two samples, never three, on every
+          // Prometheus release; laggy and waiting apart, the range functions drop the name):
+          // a stall that outlasted a scrape, where an OSD restart's wait (old read leases
+          // expire within osd_pool_default_read_lease_ratio x osd_heartbeat_grace, 16 s by
+          // default) shows in one scrape at most. When the window holds one sample (the
+          // evaluation late in the scrape interval, or the scrape before missed: range
+          // selectors skip staleness markers) that one counts: a restart's wait then counts at
+          // one evaluation, which the alert's two do not reach. max by pool first: two mgrs
+          // answering during a failover must not double the count. Only while some are
+          // (> 0): the alert counts the evaluations it exists at. Recorded in this group,
+          // before the alert, at the same evaluation: no hop of delay.
+          {
+            record: 'cluster:ceph_pg_laggy_wait:sum_min45s',
+            expr: |||
+              sum by (%(clusterLabel)s) (
+                label_replace(
+                  max by (%(clusterLabel)s, pool_id) (min_over_time(ceph_pg_laggy%(cephSelectorBraces)s[45s])),
+                  "state", "laggy", "", ""
+                )
+                or
+                label_replace(
+                  max by (%(clusterLabel)s, pool_id) (min_over_time(ceph_pg_wait%(cephSelectorBraces)s[45s])),
+                  "state", "wait", "", ""
+                )
+              ) > 0
+            ||| % $._config,
+          },
+          // Blocked I/O: PGs laggy or waiting through two scrapes at two evaluations of the
+          // last 3 minutes (laggyPGsStallEvaluations). A sustained stall pages at the
+          // second such evaluation, 60-90 s after the mgr's first report (as `for: 1m` did),
+          // also with one scrape missed between; a restart's one-scrape wait never counts;
+          // a stall that comes back (laggy 60 s of every 90) keeps two in any 3 minutes
+          // where `for:` on the raw count restarted at every clear sample, and so does a
+          // firing page through a missed scrape. It resolves 1.5-3.5 minutes after the
+          // PGs recover. The value: the most PGs laggy or waiting in each pool in those 3
+          // minutes, summed over the pools.
           {
             alert: 'CephNodeLaggyPGs',
             expr: |||
               sum by (%(clusterLabel)s) (
-                max by (%(clusterLabel)s, pool_id, __name__) ({__name__=~"ceph_pg_laggy|ceph_pg_wait"%(cephSelectorAppend)s})
-              ) > 0
+                label_replace(
+                  max by (%(clusterLabel)s, pool_id) (max_over_time(ceph_pg_laggy%(cephSelectorBraces)s[3m])),
+                  "state", "laggy", "", ""
+                )
+                or
+                label_replace(
+                  max by (%(clusterLabel)s, pool_id) (max_over_time(ceph_pg_wait%(cephSelectorBraces)s[3m])),
+                  "state", "wait", "", ""
+                )
+              )
+              and on (%(clusterLabel)s)
+              (count_over_time(cluster:ceph_pg_laggy_wait:sum_min45s[3m]) >= %(laggyPGsStallEvaluations)d)
             ||| % $._config,
-            'for': $._config.laggyPGsFor,
             labels: { severity: 'critical' },
             annotations: {
               summary: 'Placement groups of a Ceph cluster are laggy or waiting.',
               description: fold(|||
-                {{ printf "%%.0f" $value }} PGs of cluster {{ $labels.%(clusterLabel)s }} are laggy
-                or waiting for read leases: their I/O is blocked. CephNodeLaggyPGsAttributed names
-                the OSD or host behind them when the pgs collector runs.
+                {{ printf "%%.0f" $value }} PGs of cluster {{ $labels.%(clusterLabel)s }} have been
+                laggy or waiting for read leases in the last 3 minutes, longer than a scrape: their
+                I/O is blocked. CephNodeLaggyPGsAttributed names the OSD or host behind them when
+                the pgs collector runs.
               ||| % $._config),
             },
           },
-          // The OSD behind laggy PGs: a replica in at least half of them, and in the most (the
-          // primary waits for its replicas' lease renewals: a stalled OSD is a replica of every
-          // PG it makes laggy). OSDs that tie are all named: the data cannot tell them apart.
-          // The host comes from the mgr (hostname), not from the stalled host's own exporter.
+          // The pgs collector's counts per OSD and role (laggy and waiting together; merged
+          // by max over the nodes that run it), each the largest of the last minute: one
+          // missed scrape of the collector's node (its series stale for one evaluation)
+          // neither resets the attribution's hold nor makes a stall that comes back every
+          // 90 s drop out of it. The attribution names nothing unless the page's condition
+          // holds (below), so the minute carried does not turn a restart's wait into one.
+          {
+            record: 'ceph_daemon_role:cephnode_osd_laggy_pgs:max1m',
+            expr: |||
+              sum by (%(clusterLabel)s, ceph_daemon, role) (
+                max by (%(clusterLabel)s, ceph_daemon, role, state) (max_over_time(cephnode_osd_laggy_pgs[1m]))
+              )
+            ||| % $._config,
+          },
+          // ... per host as the mgr knows it (ceph_osd_metadata's hostname, kept through a
+          // missed mgr scrape by the device-class map; not the host's own exporter, which a
+          // host whose network stalls cannot answer): PGs with an OSD of the host, each once
+          // with CRUSH placing one replica per host.
+          {
+            record: 'hostname:cephnode_osd_laggy_pgs:max1m',
+            expr: |||
+              sum by (%(clusterLabel)s, hostname) (
+                sum by (%(clusterLabel)s, ceph_daemon) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m)
+                * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
+                ceph_daemon_device_class:ceph_osd_metadata:group
+              )
+            ||| % $._config,
+          },
+          // The OSDs behind laggy PGs, each with its share of them as a replica (the primary
+          // waits for its replicas' lease renewals: a stalled OSD is a replica of every PG it
+          // makes laggy). An OSD stands out:
+          // - a replica of at least 20 % (laggyPGsAttributionMinShare) of the laggy PGs and of
+          //   at least 3 times (laggyPGsAttributionFactor) as many as the median OSD in them
+          //   (any role; at least 1): several stalls at once are each named, where a share of
+          //   the cluster's total names only the largest; a random replica of a few is not;
+          // - or a replica of at least half (laggyPGsAttributionShare) and of the most: one
+          //   stall in a small cluster, where every OSD is in many and the median is high;
+          // and in either case at least half of the laggy PGs of its host are its own: a host
+          // whose network stalls has each of its OSDs in a few and the host in all of them,
+          // and is named as a host below. OSDs that tie are all named. The host comes from
+          // the mgr (hostname), not from the stalled host's own exporter.
           {
             record: 'ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share',
             expr: |||
               (
                 (
-                  ceph_daemon:cephnode_osd_laggy_pgs_replica:sum
+                  max by (%(clusterLabel)s, ceph_daemon) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"})
                   / on (%(clusterLabel)s) group_left
-                  cluster_role:cephnode_osd_laggy_pgs:sum{role="primary"}
-                ) >= %(laggyPGsAttributionShare)g
+                  sum by (%(clusterLabel)s) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="primary"})
+                )
                 and on (%(clusterLabel)s, ceph_daemon)
                 (
-                  ceph_daemon:cephnode_osd_laggy_pgs_replica:sum
-                  == on (%(clusterLabel)s) group_left
-                  max by (%(clusterLabel)s) (ceph_daemon:cephnode_osd_laggy_pgs_replica:sum)
+                  (
+                    (
+                      ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"}
+                      / on (%(clusterLabel)s) group_left
+                      sum by (%(clusterLabel)s) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="primary"})
+                    ) >= %(laggyPGsAttributionMinShare)g
+                    and on (%(clusterLabel)s, ceph_daemon)
+                    (
+                      ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"}
+                      >= on (%(clusterLabel)s) group_left
+                      %(laggyPGsAttributionFactor)g * quantile by (%(clusterLabel)s) (0.5,
+                        sum by (%(clusterLabel)s, ceph_daemon) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m)
+                      )
+                    )
+                  )
+                  or on (%(clusterLabel)s, ceph_daemon)
+                  (
+                    (
+                      ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"}
+                      / on (%(clusterLabel)s) group_left
+                      sum by (%(clusterLabel)s) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="primary"})
+                    ) >= %(laggyPGsAttributionShare)g
+                    and on (%(clusterLabel)s, ceph_daemon)
+                    (
+                      ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"}
+                      == on (%(clusterLabel)s) group_left
+                      max by (%(clusterLabel)s) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"})
+                    )
+                  )
+                )
+                and on (%(clusterLabel)s, ceph_daemon)
+                (
+                  (
+                    ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="replica"}
+                    * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
+                    ceph_daemon_device_class:ceph_osd_metadata:group
+                  )
+                  / on (%(clusterLabel)s, hostname) group_left
+                  hostname:cephnode_osd_laggy_pgs:max1m
+                  >= 0.5
                 )
               )
               * on (%(clusterLabel)s, ceph_daemon) group_left (hostname)
               ceph_daemon_device_class:ceph_osd_metadata:group
             ||| % $._config,
           },
-          // The host behind laggy PGs when no single OSD is (a host whose network stalls: each
-          // of its OSDs is in a small share, the host in nearly all): its OSDs in at least half
-          // of them, and in the most. Hosts that tie are all named. One alert either way: the
-          // OSD with its host, or, only where no OSD is named in the cluster, the host alone.
+          // The host behind laggy PGs when none of its OSDs stands out (a host whose network
+          // stalls: each of its OSDs is in a small share, the host in nearly all): its OSDs in
+          // at least half of them (laggyPGsAttributionShare), and in the most. Hosts that tie
+          // are all named. Not the several-stalls rule of the OSDs: a host is in three times
+          // as many PGs as the median host by chance at 68 hosts (the 630-OSD replay has one
+          // in 6 of 23), where a random OSD is not; two hosts stalling at once are named only
+          // as the PGs' spread, by the page.
+          {
+            record: 'hostname:cephnode_osd_laggy_pgs:share',
+            expr: |||
+              (
+                hostname:cephnode_osd_laggy_pgs:max1m
+                / on (%(clusterLabel)s) group_left
+                sum by (%(clusterLabel)s) (ceph_daemon_role:cephnode_osd_laggy_pgs:max1m{role="primary"})
+              ) >= %(laggyPGsAttributionShare)g
+              and on (%(clusterLabel)s, hostname)
+              (
+                hostname:cephnode_osd_laggy_pgs:max1m
+                == on (%(clusterLabel)s) group_left
+                max by (%(clusterLabel)s) (hostname:cephnode_osd_laggy_pgs:max1m)
+              )
+              unless on (%(clusterLabel)s, hostname) ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share
+            ||| % $._config,
+          },
+          // One alert per subject: each OSD named with its host, or the host alone. Only while
+          // the page's condition holds (PGs laggy through two scrapes at two evaluations of
+          // the last 3 minutes, CephNodeLaggyPGs): a restart's wait, which the carried minute
+          // above would hold for two evaluations, names nobody; the attribution is the
+          // page's companion.
           {
             alert: 'CephNodeLaggyPGsAttributed',
             expr: |||
-              ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share
-              or
               (
-                (
-                  hostname:cephnode_osd_laggy_pgs:sum
-                  / on (%(clusterLabel)s) group_left
-                  cluster_role:cephnode_osd_laggy_pgs:sum{role="primary"}
-                ) >= %(laggyPGsAttributionShare)g
-                and on (%(clusterLabel)s, hostname)
-                (
-                  hostname:cephnode_osd_laggy_pgs:sum
-                  == on (%(clusterLabel)s) group_left
-                  max by (%(clusterLabel)s) (hostname:cephnode_osd_laggy_pgs:sum)
-                )
-                unless on (%(clusterLabel)s) ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share
+                ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share
+                or
+                hostname:cephnode_osd_laggy_pgs:share
               )
+              and on (%(clusterLabel)s)
+              (count_over_time(cluster:ceph_pg_laggy_wait:sum_min45s[3m]) >= %(laggyPGsStallEvaluations)d)
             ||| % $._config,
             'for': $._config.laggyPGsAttributedFor,
             labels: { severity: 'warning' },

@@ -15,15 +15,16 @@ local fold = text.fold;
           // A host whose OSDs' median ping (the exporter's median over the node's OSDs; at
           // least 3 OSD sockets) is at least 3 times the fleet's and at least 5 ms: its link,
           // NIC or switch port is slow for all its OSDs. The ratio to the fleet median, for
-          // the description. One series a host, not a quantile over the 630 OSDs here.
+          // the description. One series a host, not a quantile over the 630 OSDs here. The
+          // latest of the last 90 s: one missed scrape must not restart the alert's `for`.
           {
             record: 'instance:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon_outlier',
             expr: |||
               (
-                max by (%(clusterLabel)s, instance) (cephnode_osd_host_heartbeat_ping_median_seconds)
+                max by (%(clusterLabel)s, instance) (last_over_time(cephnode_osd_host_heartbeat_ping_median_seconds[90s]))
                 >= %(heartbeatOutlierMinSeconds)g
                 and on (%(clusterLabel)s, instance)
-                (max by (%(clusterLabel)s, instance) (cephnode_osd_sockets) >= %(hostMedianMinOSDs)g)
+                (max by (%(clusterLabel)s, instance) (last_over_time(cephnode_osd_sockets[90s])) >= %(hostMedianMinOSDs)g)
               )
               / on (%(clusterLabel)s) group_left
               cluster:cephnode_osd_host_heartbeat_ping_median_seconds:quantile_instance
@@ -42,7 +43,7 @@ local fold = text.fold;
             record: 'ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max_outlier',
             expr: |||
               max by (%(clusterLabel)s, instance, ceph_daemon) (
-                cephnode_osd_heartbeat_ping_median_seconds >= %(heartbeatOutlierMinSeconds)g
+                last_over_time(cephnode_osd_heartbeat_ping_median_seconds[90s]) >= %(heartbeatOutlierMinSeconds)g
               )
               / on (%(clusterLabel)s) group_left
               cluster:cephnode_osd_host_heartbeat_ping_median_seconds:quantile_instance
@@ -51,11 +52,14 @@ local fold = text.fold;
               instance:cephnode_osd_heartbeat_ping_median_seconds:quantile_ceph_daemon_outlier
             ||| % $._config,
           },
-          // The host, or the OSD. Not where the host has OSDs in laggy or waiting PGs now or
-          // in the last 10 minutes (instance:cephnode_osd_laggy_pgs:sum, which holds the
-          // latency alerts too): a network that stalls long enough for leases to expire
-          // makes PGs laggy, and CephNodeLaggyPGsAttributed (a page's companion) names that
-          // host or OSD already; the same cause is not a second notification.
+          // The host, or the OSD. Not on a host that CephNodeLaggyPGsAttributed names (as the
+          // host, or as the host of a named OSD), now or in the last 10 minutes: a network
+          // that stalls long enough for leases to expire makes PGs laggy, and that alert (a
+          // page's companion) names the host or OSD already; the same cause is not a second
+          // notification. Only the named subjects, not every host with an OSD in a laggy PG:
+          // the primaries of another OSD's laggy PGs (spread over the cluster) are its
+          // victims, and a slow link on one of their hosts must still be named. The mgr's
+          // hostname is mapped to the exporter's instance through the OSDs both report.
           {
             alert: 'CephNodeHeartbeatPingOutlier',
             expr: |||
@@ -65,7 +69,21 @@ local fold = text.fold;
                 ceph_daemon:cephnode_osd_heartbeat_ping_median_seconds:max_outlier
               )
               unless on (%(clusterLabel)s, instance)
-              (max_over_time(instance:cephnode_osd_laggy_pgs:sum[10m]) > 0)
+              (
+                group by (%(clusterLabel)s, hostname, instance) (
+                  ceph_daemon_device_class:ceph_osd_metadata:group
+                  * on (%(clusterLabel)s, ceph_daemon) group_left (instance)
+                  group by (%(clusterLabel)s, ceph_daemon, instance) (cephnode_osd_scrape_success)
+                )
+                and on (%(clusterLabel)s, hostname)
+                (
+                  max by (%(clusterLabel)s, hostname) (
+                    max_over_time(ceph_daemon_hostname:cephnode_osd_laggy_pgs_replica:share[10m])
+                  )
+                  or
+                  max_over_time(hostname:cephnode_osd_laggy_pgs:share[10m])
+                )
+              )
             ||| % $._config,
             'for': $._config.heartbeatOutlierFor,
             labels: { severity: 'warning' },

@@ -235,7 +235,8 @@ local fold = text.fold;
           // rules stay quiet for a week). Guards: the host must not be busier than then (the
           // median op rate over the same 30 minutes at most 1.25 times), and the p99 must be at
           // least 1 ms. A host that is an outlier against the fleet now is left to
-          // CephNodeHostLatencyOutlier.
+          // CephNodeHostLatencyOutlier. A host with OSDs in laggy PGs in the last 30 minutes
+          // is left out: the ops held in those minutes stay in its 30-minute mean that long.
           {
             record: 'instance_media_op:cephnode_osd_host_op_latency_quantile_seconds:avg30m_p99_regression',
             expr: |||
@@ -253,7 +254,7 @@ local fold = text.fold;
               unless on (%(clusterLabel)s, instance) instance:cephnode_tuning_latency_cause:max10m
               unless on (%(clusterLabel)s, instance) ceph_daemon:cephnode_tuning_latency_cause:max10m
               unless on (%(clusterLabel)s, instance)
-              (max_over_time(instance:cephnode_osd_laggy_pgs:sum[10m]) > 0)
+              (max_over_time(instance:cephnode_osd_laggy_pgs:sum[30m]) > 0)
               unless on (%(clusterLabel)s, instance, op)
               instance_device_class_op:cephnode_osd_op_latency_seconds:mean_rate2m_outlier
               unless on (%(clusterLabel)s, instance)
@@ -306,12 +307,13 @@ local fold = text.fold;
           // reason: `waiting for readable` on a laggy PG, `waiting for peered`, ...), which the
           // exporter counts as `other`. So are OSDs in laggy or waiting PGs in the last 5
           // minutes: their ops wait for the PG, and the laggy-PG alerts name the OSD or host
-          // behind it, once, instead of one slow-ops alert per primary.
+          // behind it, once, instead of one slow-ops alert per primary. The latest count of
+          // the last 90 s stands in for one missed scrape, which would reset the `for`.
           {
             alert: 'CephNodeSlowOps',
             expr: |||
               sum without (flag_point) (
-                cephnode_osd_slow_ops_by_flag_point{flag_point=~"no flag points reached|queued for pg|reached pg|started|commit sent; apply or cleanup"}
+                last_over_time(cephnode_osd_slow_ops_by_flag_point{flag_point=~"no flag points reached|queued for pg|reached pg|started|commit sent; apply or cleanup"}[90s])
               ) > 0
               unless on (%(clusterLabel)s, ceph_daemon)
               (max_over_time(ceph_daemon:cephnode_osd_laggy_pgs:sum[5m]) > 0)

@@ -18,13 +18,14 @@
           // and a quantile over 630 (about 8 ms an evaluation at 630 OSDs,
           // docs/performance.md), and while fewer than half the hosts are slow it is a
           // healthy host's ping, as the OSDs' median is while fewer than half the OSDs are.
-          // All OSDs share the networks, so no device class.
+          // All OSDs share the networks, so no device class. Each host's latest of the last
+          // 90 s: a host whose scrape was missed stays in the median.
           {
             record: 'cluster:cephnode_osd_host_heartbeat_ping_median_seconds:quantile_instance',
             expr: |||
-              quantile by (%(clusterLabel)s) (0.5, cephnode_osd_host_heartbeat_ping_median_seconds)
+              quantile by (%(clusterLabel)s) (0.5, last_over_time(cephnode_osd_host_heartbeat_ping_median_seconds[90s]))
               and on (%(clusterLabel)s)
-              (count by (%(clusterLabel)s) (cephnode_osd_host_heartbeat_ping_median_seconds) >= %(heartbeatFleetMinHosts)g)
+              (count by (%(clusterLabel)s) (last_over_time(cephnode_osd_host_heartbeat_ping_median_seconds[90s])) >= %(heartbeatFleetMinHosts)g)
             ||| % $._config,
           },
         ],

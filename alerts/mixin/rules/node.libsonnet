@@ -25,13 +25,16 @@
           // host or an OSD with such a cause stay quiet, because the detuned-node alert
           // already names the cause, and a symptom is not a second ticket. Host-wide checks
           // per host; the OSD's own (debug levels, RocksDB build) per OSD, from the subject.
+          // Not tuned.profile: a node without tuned (a warning by default) is no slower for
+          // it, and what tuned would set that matters (governor, C-states) is checked
+          // directly; counted, it muted every latency alert of a fleet without tuned.
           {
             record: 'instance:cephnode_tuning_latency_cause:max10m',
             expr: |||
               max by (%(clusterLabel)s, instance) (
                 (
-                  max_over_time(cephnode_tuning_check_failed{check=~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|kernel\\.spinlock_iommu|nvme\\.scheduler|nvme\\.pcie_link|tuned\\.profile"}[10m])
-                  or max_over_time(cephnode_tuning_check_warning{check=~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|kernel\\.spinlock_iommu|nvme\\.scheduler|nvme\\.pcie_link|tuned\\.profile"}[10m])
+                  max_over_time(cephnode_tuning_check_failed{check=~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|kernel\\.spinlock_iommu|nvme\\.scheduler|nvme\\.pcie_link"}[10m])
+                  or max_over_time(cephnode_tuning_check_warning{check=~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|kernel\\.spinlock_iommu|nvme\\.scheduler|nvme\\.pcie_link"}[10m])
                 )
               )
             ||| % $._config,

@@ -42,6 +42,9 @@
           // whose encryption is unknown (no block device of its own, an unreadable uuid) or
           // not exported (an older exporter) counts as not encrypted: every OSD of the
           // device-class rule above has a value, so none drops out of the comparisons. The
+          // last report of the last 10 minutes stands, as for the metadata: a missed scrape
+          // of the exporter must not move an encrypted OSD into the plain OSDs' median,
+          // whose 2-minute rates survive the gap. The
           // series carry the device class and host too, so the per-OSD means below join
           // one series per OSD, not two (a join of the 1,260 means costs about 4 ms).
           {
@@ -50,7 +53,7 @@
               label_replace(
                 ceph_daemon_device_class:ceph_osd_metadata:group
                 and on (%(clusterLabel)s, ceph_daemon)
-                cephnode_osd_encryption_info{encryption="dm-crypt"},
+                last_over_time(cephnode_osd_encryption_info{encryption="dm-crypt"}[10m]),
                 "encrypted", "true", "", ""
               )
               or on (%(clusterLabel)s, ceph_daemon)
@@ -210,11 +213,13 @@
           // cost about 7 ms an evaluation; the panels join the class when they are shown.
           //
           // BlueStore commit latency (absent below 1 commit/s), and its fleet median per
-          // device class.
+          // device class. These means are gauges: the latest of the last 90 s stands in for
+          // one missed scrape (30 s apart), which would otherwise reset the outlier alerts'
+          // `for`, as max_over_time does for the detuned-node alerts' check series.
           {
             record: 'ceph_daemon:cephnode_osd_bluestore_commit_latency_seconds:mean5m',
             expr: |||
-              cephnode_osd_bluestore_commit_latency_mean_seconds
+              last_over_time(cephnode_osd_bluestore_commit_latency_mean_seconds[90s])
               * on (%(clusterLabel)s, ceph_daemon) group_left (device_class, job)
               ceph_daemon_device_class:ceph_osd_metadata:group
             ||| % $._config,
@@ -243,7 +248,7 @@
           {
             record: 'ceph_daemon_stage:cephnode_osd_rocksdb_latency_seconds:mean5m',
             expr: |||
-              cephnode_osd_rocksdb_latency_mean_seconds{stage=~"get|submit"}
+              last_over_time(cephnode_osd_rocksdb_latency_mean_seconds{stage=~"get|submit"}[90s])
               * on (%(clusterLabel)s, ceph_daemon) group_left (device_class, job)
               ceph_daemon_device_class:ceph_osd_metadata:group
             ||| % $._config,
