@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from cephnode_exporter.checks import load_all
+from cephnode_exporter.checks import CHECKS, load_all
+from cephnode_exporter.cli import main
 from cephnode_exporter.profile import ProfileError, load_profile
 
 from tests.conftest import (
@@ -20,6 +22,7 @@ from tests.conftest import (
     samples,
     value,
 )
+from tests.fixtures.sysfsgen import load_node
 
 # The detuned node's IOMMU, NVMe and interrupt checks fail too (tests/test_iommu.py,
 # test_nvme.py, test_irq.py); tests of the exit code on the CPU checks alone leave those
@@ -161,6 +164,39 @@ def test_metrics_and_check_agree(node_trees: dict[str, Tree]) -> None:
         assert v == int(v) and 0 <= v < 2**48
 
 
+def test_unknown_results_are_metrics(make_tree: MakeTree) -> None:
+    """A check that cannot judge leaves a series, or it would look like a pass: the
+    collectors succeed with no read error in both cases below (the audit's D3)."""
+    desc = load_node("epyc9454p-detuned")
+    # nvme7's link (trained down to x2 8 GT/s) reads "Unknown" speed at full width
+    desc["pci"]["0000:62:00.0"] = {"current_link_speed": "Unknown", "current_link_width": 4}
+    tree = make_tree(desc)
+    (tree.proc / "sys/net/ipv4/tcp_rmem").write_text("4096\t131072\n")  # 2 of 3 values
+    _, report = check_json(tree)
+    result = collect(tree.flags)
+    unknown = "cephnode_tuning_check_unknown"
+    assert value(result, unknown, check="nvme.pcie_link", subject="nvme7") == 1
+    assert value(result, unknown, check="sysctl.net.ipv4.tcp_rmem", subject="") == 1
+    for r in report["results"]:
+        labels = {"check": r["check"], "subject": r["subject"]}
+        assert value(result, unknown, **labels) == (1 if r["status"] == "unknown" else None), r
+    # the collectors themselves were fine: only the new series tells
+    for collector in ("nvme", "kernel"):
+        assert value(result, "cephnode_scrape_collector_success", collector=collector) == 1
+        assert value(result, "cephnode_scrape_collector_read_errors", collector=collector) == 0
+    # a check whose every result is unknown is not judged: no hash (an OSD that missed a
+    # scrape must not read as a changed result)
+    assert value(result, "cephnode_tuning_check_hash", check="sysctl.net.ipv4.tcp_rmem") is None
+
+
+def test_a_failed_collector_s_checks_are_unknown_metrics(make_tree: MakeTree) -> None:
+    tree = make_tree("epyc9454p-detuned", faults={"sys/devices/system/cpu/online": "eio"})
+    result = collect([*tree.flags, *NO_HOST_IO])
+    for check in ("cpu.cstates", "cpu.governor"):
+        assert value(result, "cephnode_tuning_check_unknown", check=check, subject="") == 1
+        assert value(result, "cephnode_tuning_check_failed", check=check, subject="") is None
+
+
 def test_tuning_hashes_follow_the_facts_not_the_process(node_trees: dict[str, Tree]) -> None:
     """The hashes are the same in another process for the same node and differ where the
     nodes differ: a rule reads a change of value as a changed fact."""
@@ -245,6 +281,32 @@ def test_failed_collector_makes_its_check_unknown(make_tree: MakeTree) -> None:
     cpu_checks = [r for r in report["results"] if r["check"].startswith("cpu.")]
     assert {r["status"] for r in cpu_checks} == {"unknown"}
     assert code == 0
+
+
+def test_a_check_that_raises_exits_2_with_the_report(
+    node_trees: dict[str, Tree], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A check's bug is an internal error (exit 2, as `check --help`'s man page and the
+    README say), not "nothing failed": the rest of the report is still printed, the
+    broken check is `unknown` with the exception."""
+
+    def boom(facts: object, params: object) -> list:
+        raise RuntimeError("a bug")
+
+    spec = CHECKS["cpu.governor"]
+    monkeypatch.setitem(CHECKS, "cpu.governor", dataclasses.replace(spec, func=boom))
+    tree = node_trees["epyc9454p-tuned"]
+    code = main(["check", "--format", "json", *tree.flags, *NO_HOST_IO])
+    report = by_check(json.loads(capsys.readouterr().out))
+    assert report["cpu.governor"]["status"] == "unknown"
+    assert report["cpu.governor"]["observed"] == "check error: RuntimeError('a bug')"
+    assert report["cpu.cstates"]["status"] == "pass"
+    assert code == 2
+    # and over a failing check: the report is incomplete, which 2 says first
+    code = main(["check", "--format", "json", *node_trees["epyc9454p-detuned"].flags, *NO_HOST_IO])
+    report = by_check(json.loads(capsys.readouterr().out))
+    assert report["cpu.cstates"]["status"] == "fail"
+    assert code == 2
 
 
 def test_no_cpufreq_skips_the_governor_check(make_tree: MakeTree) -> None:

@@ -33,6 +33,7 @@ from cephnode_exporter.devices import (
     NetInterface,
     NvmeController,
     NvmeNamespace,
+    NvmePath,
     SysfsDevices,
     UdevDevices,
     UdevEvents,
@@ -232,9 +233,15 @@ def test_sysfs_nvme_corner_cases(tmp_path: Path) -> None:
     head = by["nvme2n1"]
     assert isinstance(head, NvmeNamespace)
     assert head.controllers == ("nvme2", "nvme3")
-    assert head.paths == ("nvme2c2n1", "nvme2c3n1")
+    assert head.multipath
+    assert head.paths == tuple(
+        NvmePath(f"nvme2c{c.name[4:]}n1", c.name, os.path.realpath(c / f"nvme2c{c.name[4:]}n1"))
+        for c in (a, b)
+    )
     assert head.controller == "nvme2"
     assert head.pci is None  # the head is virtual: look its controllers up
+    assert not by["nvme4n1"].multipath  # type: ignore[attr-defined]
+    assert by["nvme4n1"].paths == ()  # type: ignore[attr-defined]
     assert by["nvme4n1"].controllers == ("nvme10",)  # type: ignore[attr-defined]
     assert by["nvme5"].pci is None
     assert by["nvme5n1"].controllers == ("nvme5",)  # type: ignore[attr-defined]

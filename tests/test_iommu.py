@@ -282,20 +282,67 @@ def test_type_eio(make_tree: MakeTree) -> None:
     assert "nvme0" not in translated(result)
 
 
-def test_kernel_without_the_type_file(make_tree: MakeTree) -> None:
-    """Before Linux 5.2 a group had no type file: the group is known, the mode is not."""
-    tree = make_tree(small("epyc9454p-detuned"), faults={f"{GROUP0}/type": "missing"})
+@pytest.mark.parametrize(
+    ("args", "status", "observed"),
+    [
+        # no parameter: the default domain is the kernel's build default
+        # (CONFIG_IOMMU_DEFAULT_PASSTHROUGH), which sysfs does not show: cannot judge
+        ("", "unknown", "the kernel command line does not say"),
+        ("iommu=pt", "pass", "passthrough by the kernel command line (iommu=pt)"),
+        ("iommu=soft,pt", "pass", "passthrough by the kernel command line (iommu=soft,pt)"),
+        ("iommu.passthrough=1", "pass", "(iommu.passthrough=1)"),
+        ("iommu.passthrough=on", "pass", "(iommu.passthrough=on)"),
+        ("iommu=nopt", "fail", "translated by the kernel command line (iommu=nopt)"),
+        ("iommu.passthrough=0", "fail", "(iommu.passthrough=0)"),
+        # the two say the opposite: the kernel's parsing order decides, not the exporter
+        ("iommu=pt iommu.passthrough=0", "unknown", "contradict"),
+    ],
+)
+def test_kernel_without_the_type_file(
+    make_tree: MakeTree, args: str, status: str, observed: str
+) -> None:
+    """Before Linux 5.2 a group had no type file: the group is known, the mode is not,
+    unless the command line sets it. Never skip: the IOMMU is active and covers the NVMe."""
+    desc = small("epyc9454p-detuned")
+    desc["cmdline"] += f" {args}" if args else ""
+    tree = make_tree(desc, faults={f"{GROUP0}/type": "missing"})
     result = collect([*tree.flags, *ONLY_IOMMU])
     ok(result)
     assert value(result, "cephnode_iommu_group_info", controller="nvme0", group="20", type="")
     assert "nvme0" not in translated(result)
     _, results = check_json(tree, *ONLY_IOMMU)
-    assert results["nvme0"]["status"] == "skip"
-    assert "before Linux 5.2" in results["nvme0"]["observed"]
+    r = results["nvme0"]
+    assert r["status"] == status, r
+    assert "before Linux 5.2" in r["observed"] and observed in r["observed"], r["observed"]
+    assert ("iommu=pt" in r["hint"]) == (status == "fail")
 
 
-def test_a_missing_group_link_with_an_active_iommu(make_tree: MakeTree) -> None:
-    tree = make_tree(small("epyc9454p-detuned"), faults={f"{NVME0_PCI}/iommu_group": "missing"})
+def test_kernel_without_the_type_file_and_no_cmdline(make_tree: MakeTree) -> None:
+    tree = make_tree(
+        small("epyc9454p-detuned"),
+        faults={f"{GROUP0}/type": "missing", "proc/cmdline": "eio"},
+    )
+    _, results = check_json(tree, *ONLY_IOMMU)
+    r = results["nvme0"]
+    assert r["status"] == "unknown" and "/proc/cmdline unreadable" in r["observed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        ("", "unknown"),
+        # passthrough either way: the IOMMU does not cover the device, or it passes through
+        ("iommu=pt", "pass"),
+        # not a device the IOMMU covers, or a lost link to a translated group: no telling
+        ("iommu=nopt", "unknown"),
+    ],
+)
+def test_a_missing_group_link_with_an_active_iommu(
+    make_tree: MakeTree, args: str, status: str
+) -> None:
+    desc = small("epyc9454p-detuned")
+    desc["cmdline"] += f" {args}" if args else ""
+    tree = make_tree(desc, faults={f"{NVME0_PCI}/iommu_group": "missing"})
     result = collect([*tree.flags, *ONLY_IOMMU])
     ok(result)
     assert "nvme0" not in translated(result)
@@ -305,8 +352,8 @@ def test_a_missing_group_link_with_an_active_iommu(make_tree: MakeTree) -> None:
     )
     _, results = check_json(tree, *ONLY_IOMMU)
     r = results["nvme0"]
-    assert r["status"] == "skip"
-    assert r["observed"] == "no IOMMU group although 4 IOMMU unit(s) are active"
+    assert r["status"] == status, r
+    assert r["observed"].startswith("no IOMMU group although 4 IOMMU unit(s) are active")
 
 
 @pytest.mark.parametrize(

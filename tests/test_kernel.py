@@ -231,7 +231,8 @@ def test_default_profile_makes_one_check_per_sysctl() -> None:
     assert not profile.checks["sysctl.net.ipv4.tcp_low_latency"].enabled
     assert profile.members("sysctl") == sorted(IO500_SYSCTLS)
     somaxconn = profile.checks["sysctl.net.core.somaxconn"]
-    assert somaxconn.params == {"value": 2048, "compare": "at_least"}
+    # optional: not in the profile, the family's default
+    assert somaxconn.params == {"value": 2048, "compare": "at_least", "optional": False}
     assert str(somaxconn.severity) == "warn"
     spec = resolve(specs, "sysctl.net.core.somaxconn")
     assert spec is not None and (spec.parent, spec.member) == ("sysctl", "net.core.somaxconn")
@@ -431,7 +432,8 @@ def test_tuned_absent_or_off(
 
 
 def test_merged_tuned_profile(make_tree: MakeTree, tmp_path: Path) -> None:
-    tree = make_tree(small("epyc9454p-tuned", tuned={"profile": "throughput-performance site"}))
+    merged = {"profile": "throughput-performance site", "pid": 1702}
+    tree = make_tree(small("epyc9454p-tuned", tuned=merged))
     _, results = check_json(tree, *only_kernel())
     assert results["tuned.profile"]["status"] == "warn"  # "site" is not allowed
     profile = write_profile(
@@ -440,6 +442,72 @@ def test_merged_tuned_profile(make_tree: MakeTree, tmp_path: Path) -> None:
     _, results = check_json(tree, *only_kernel(), "--profile", profile)
     assert results["tuned.profile"]["status"] == "pass"
     assert results["tuned.profile"]["observed"] == "profile throughput-performance site"
+
+
+def _stop_tuned(desc: dict[str, Any]) -> dict[str, Any]:
+    """systemctl disable --now tuned: the daemon is gone (and rolled its settings back),
+    active_profile still names the profile; tuned does not remove its pid file on a
+    crash, so a stale one stays."""
+    desc["tuned"] = {k: v for k, v in desc["tuned"].items() if k != "pid"}
+    return desc
+
+
+@pytest.mark.parametrize(("severity", "status", "code"), [("warn", "warn", 0), ("fail", "fail", 1)])
+def test_tuned_not_running(
+    make_tree: MakeTree, tmp_path: Path, severity: str, status: str, code: int
+) -> None:
+    tree = make_tree(_stop_tuned(small("epyc9454p-tuned")))
+    (tree.rootfs / "run/tuned").mkdir(parents=True, exist_ok=True)
+    (tree.rootfs / "run/tuned/tuned.pid").write_text("1234\n")  # stale: no such process
+    result = collect([*tree.flags, *only_kernel()])
+    assert value(result, "cephnode_tuned_running") == 0
+    assert value(result, "cephnode_tuned_profile_info", profile="throughput-performance") == 1
+    profile = write_profile(tmp_path, f"checks:\n  tuned.profile: {{severity: {severity}}}\n")
+    rc, results = check_json(tree, *only_kernel(), "--profile", profile)
+    r = results["tuned.profile"]
+    assert r["status"] == status
+    assert r["observed"] == "tuned not running; active_profile says throughput-performance"
+    assert "systemctl enable --now tuned" in r["hint"]
+    assert rc == code
+
+
+def test_tuned_running_is_found_by_its_pid_file_or_a_scan(make_tree: MakeTree) -> None:
+    tree = make_tree(small("epyc9454p-tuned"))
+    pid = load_node("epyc9454p-tuned")["tuned"]["pid"]
+    assert (tree.rootfs / "run/tuned/tuned.pid").read_text().strip() == str(pid)
+    result = collect([*tree.flags, *only_kernel()])
+    assert value(result, "cephnode_tuned_running") == 1
+    _, results = check_json(tree, *only_kernel())
+    assert results["tuned.profile"]["status"] == "pass"
+    # without the pid file (tuned before 2.x writes it elsewhere): the /proc scan finds it
+    (tree.rootfs / "run/tuned/tuned.pid").unlink()
+    assert value(collect([*tree.flags, *only_kernel()]), "cephnode_tuned_running") == 1
+    # a pid file naming another process does not count
+    (tree.rootfs / "run/tuned/tuned.pid").write_text("1\n")
+    (tree.proc / str(pid) / "comm").write_text("bash\n")
+    assert value(collect([*tree.flags, *only_kernel()]), "cephnode_tuned_running") == 0
+
+
+def test_tuned_not_running_with_a_wrong_profile_says_both(make_tree: MakeTree) -> None:
+    desc = _stop_tuned(small("epyc9454p-detuned"))
+    _, results = check_json(make_tree(desc), *only_kernel())
+    r = results["tuned.profile"]
+    assert r["status"] == "warn"
+    assert r["observed"] == "tuned not running; active_profile says balanced"
+
+
+def test_tuned_unknown_when_procfs_cannot_be_searched(tmp_path: Path) -> None:
+    """Selected and allowed, but whether tuned runs cannot be told: unknown, not pass."""
+    for d in ("proc", "sys", "root/etc/tuned"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "root/etc/tuned/active_profile").write_text("throughput-performance\n")
+    flags = [f"--path.procfs={tmp_path}/nosuchproc", f"--path.sysfs={tmp_path}/sys"]
+    proc = run_cli(
+        "check", "--format", "json", *flags, f"--path.rootfs={tmp_path}/root", *only_kernel()
+    )
+    r = {r["check"]: r for r in json.loads(proc.stdout)["results"]}["tuned.profile"]
+    assert r["status"] == "unknown", r
+    assert r["observed"].startswith("profile throughput-performance; whether tuned runs is ")
 
 
 # --- profile overrides ----------------------------------------------------------------
@@ -586,7 +654,8 @@ def test_unknown_comparison_exits_2(node_trees: dict[str, Tree], tmp_path: Path)
     ("kind", "errors", "status", "observed"),
     [
         ("eio", 1, "unknown", "unreadable: "),
-        ("missing", 0, "skip", "not present on this kernel"),
+        # the exporter's view more often than the kernel: never skip (see below)
+        ("missing", 0, "unknown", "not found in /proc/sys: "),
         # not decimal integers where the profile compares numbers: a read error
         ("garbage", 1, "unknown", "unreadable: "),
         ("empty", 1, "unknown", "unreadable: "),
@@ -614,6 +683,99 @@ def test_a_vector_of_the_wrong_length_is_unknown(make_tree: MakeTree) -> None:
     r = results["sysctl.net.ipv4.tcp_rmem"]
     assert r["status"] == "unknown"  # nonsensical input is never skip
     assert r["observed"] == "4096 131072 (2 values, the profile has 3)"
+
+
+# --- a sysctl that is not there -----------------------------------------------------
+
+# Linux 4.12 removed net.ipv4.tcp_tw_recycle (commit 4396e46187ca, "tcp: remove
+# tcp_tw_recycle"): a sysctl that a fleet's older kernels have and its newer ones lack.
+TW_RECYCLE = "sysctl.net.ipv4.tcp_tw_recycle"
+
+
+def _netns(tree: Tree) -> None:
+    """The exporter in its own network namespace: net_core_table (rmem_max, wmem_max,
+    netdev_max_backlog) is registered for init_net only (net/core/sysctl_net_core.c,
+    sysctl_core_init), so /proc/sys/net/core of another namespace lacks them."""
+    for name in ("rmem_max", "wmem_max", "netdev_max_backlog"):
+        (tree.proc / "sys/net/core" / name).unlink()
+
+
+def _masked(tree: Tree) -> None:
+    """/proc/sys/net masked by an empty tmpfs."""
+    net = tree.proc / "sys/net"
+    for path in sorted(net.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "missing", "why"),
+    [
+        (
+            _netns,
+            ("net.core.rmem_max", "net.core.wmem_max", "net.core.netdev_max_backlog"),
+            "network namespace",
+        ),
+        (_masked, IO500_SYSCTLS, "masked"),
+    ],
+)
+def test_a_missing_sysctl_is_unknown_not_skip(
+    make_tree: MakeTree, mutate: Any, missing: tuple[str, ...], why: str
+) -> None:
+    """A detuned node whose sysctls the exporter cannot see must not look clean: the
+    file's absence is far more often the exporter's view (another network namespace, a
+    masked /proc/sys, a wrong --path.procfs) than a kernel without the sysctl."""
+    tree = make_tree(small("epyc9454p-detuned"))
+    mutate(tree)
+    _, results = check_json(tree, *only_kernel())
+    for name in missing:
+        r = results[f"sysctl.{name}"]
+        assert r["status"] == "unknown", (name, r)
+        assert why in r["observed"] and "--path.procfs" in r["observed"], r["observed"]
+        assert "optional: true" in r["observed"]
+    if mutate is _netns:  # the rest of the namespace's sysctls are still judged
+        assert results["sysctl.net.core.somaxconn"]["status"] == "pass"
+        assert results["sysctl.net.ipv4.tcp_rmem"]["status"] == "warn"
+
+
+def test_an_empty_procfs_makes_every_sysctl_unknown(tmp_path: Path) -> None:
+    """--path.procfs at an empty directory (a container where /host/proc was not
+    mounted): nothing is "not present on this kernel"."""
+    for d in ("proc", "sys", "root"):
+        (tmp_path / d).mkdir()
+    flags = [f"--path.procfs={tmp_path}/proc", f"--path.sysfs={tmp_path}/sys"]
+    proc = run_cli(
+        "check", "--format", "json", *flags, f"--path.rootfs={tmp_path}/root", *only_kernel()
+    )
+    results = {r["check"]: r for r in json.loads(proc.stdout)["results"]}
+    for name in IO500_SYSCTLS:
+        r = results[f"sysctl.{name}"]
+        assert r["status"] == "unknown" and "--path.procfs" in r["observed"], r
+
+
+def test_an_optional_sysctl_the_kernel_lacks_is_skipped(
+    make_tree: MakeTree, tmp_path: Path
+) -> None:
+    tree = make_tree(small("epyc9454p-detuned"))
+    plain = write_profile(tmp_path, f"checks:\n  {TW_RECYCLE}: {{value: 0, compare: equal}}\n")
+    _, results = check_json(tree, *only_kernel(), "--profile", plain)
+    assert results[TW_RECYCLE]["status"] == "unknown"
+    optional = tmp_path / "optional.yaml"
+    optional.write_text(f"checks:\n  {TW_RECYCLE}: {{value: 0, compare: equal, optional: true}}\n")
+    _, results = check_json(tree, *only_kernel(), "--profile", str(optional))
+    r = results[TW_RECYCLE]
+    assert (r["status"], r["observed"]) == ("skip", "not present on this kernel (optional)")
+    # optional says only that the kernel may lack it: a present value is still judged
+    tree2 = make_tree(small("epyc9454p-detuned", sysctl={"net.ipv4.tcp_tw_recycle": 1}))
+    _, results = check_json(tree2, *only_kernel(), "--profile", str(optional))
+    assert results[TW_RECYCLE]["status"] == "fail"  # severity: fail unless the entry says
+
+
+def test_optional_must_be_a_boolean(tmp_path: Path) -> None:
+    path = write_profile(
+        tmp_path, f"checks:\n  {TW_RECYCLE}: {{value: 0, compare: equal, optional: 1}}\n"
+    )
+    with pytest.raises(ProfileError, match="optional: must be of type bool"):
+        load_profile(path, load_all())
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,10 @@ def every_metric(make_tree: MakeTree) -> list[Collection]:
     collections.append(release_collection(trees[0], "tentacle"))
     # pgs is off by default: its binding replays the recorded laggy listing.
     collections.append(pgs_collection(trees[0]))
+    # A check that cannot judge (cephnode_tuning_check_unknown): a sysctl of the profile
+    # that /proc/sys does not show. Last: it changes the tree.
+    (trees[1].proc / "sys/net/core/somaxconn").unlink()
+    collections.append(collect(trees[1].flags))
     return collections
 
 

@@ -1091,8 +1091,18 @@ def test_a_ceph_address_on_a_vlan_of_a_bond_judges_the_slaves(make_tree: MakeTre
         "MTU 1500 (link up, 1 Gb/s): no Ceph address on this port "
         f"(Ceph: {PUBLIC} on bond0.100, {CLUSTER} on bond0): not judged",
     )
-    # the bond and its VLAN are not subjects of the default selection
-    assert {k[1] for k in results if k[0] == "net.mtu"} == {"eno1", *PORTS}
+    # the bond and its VLAN hold Ceph's addresses: judged on their paths down to the
+    # ports, where the slave at 1500 caps their packets (tests/test_net_path.py)
+    assert {k[1] for k in results if k[0] == "net.mtu"} == {"eno1", *PORTS, "bond0", "bond0.100"}
+    over = "over ens1f0np0 9000, ens1f1np1 1500"
+    assert results[("net.mtu", "bond0")] == (
+        "warn",
+        f"MTU 1500 at ens1f1np1 (link up; bond0 9000 {over}; Ceph {CLUSTER})",
+    )
+    assert results[("net.mtu", "bond0.100")] == (
+        "warn",
+        f"MTU 1500 at ens1f1np1 (link up; bond0.100 9000 over bond0 9000 {over}; Ceph {PUBLIC})",
+    )
 
 
 def test_an_ipv6_ceph_address_and_a_vlan_on_a_port(make_tree: MakeTree) -> None:

@@ -3,7 +3,7 @@
 Flag names follow node_exporter (``--web.listen-address``, ``--path.sysfs``,
 ``--[no-]collector.<name>``) so operators and config management reuse what they know.
 Exit codes: 0 success (``check``: nothing failed), 1 a check failed, 2 usage or internal
-error.
+error (``check``: also when a check raised; the report is printed, that check unknown).
 """
 
 from __future__ import annotations
@@ -447,6 +447,10 @@ def cmd_check(args: argparse.Namespace, scraper: Scraper) -> int:
         out = render_text(node, scraper.profile, collection.results)
     sys.stdout.write(out + "\n")
     sys.stdout.flush()
+    if any(r.check_error for r in collection.results):
+        # A check raised: an internal error (logged with its traceback by evaluate). The
+        # report is printed, but it is incomplete, so neither 0 nor 1 would be true.
+        return EXIT_ERROR
     failed = any(r.status == Status.FAIL for r in collection.results)
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -1,8 +1,8 @@
 """What one collection produced, and the exporter's own families that describe it.
 
 A :class:`Collection` holds each collector's outcome and the check results; its
-``families()`` add the scrape's own series (collector success and duration, failing and
-warning check results) and one hash per tuning fact and per judged check, which the
+``families()`` add the scrape's own series (collector success and duration, failing,
+warning and unknown check results) and one hash per tuning fact and per judged check, which the
 change-tracking rules watch instead of every series behind them (alerts/,
 CephNodeTuningChanged).
 """
@@ -181,10 +181,10 @@ class Collection:
         )
         profile.add_metric([self.profile_name], 1.0)
         yield profile
-        # Only the subjects that fail or warn have a series (value 1), as ALERTS has only
-        # firing alerts: at 630 OSDs the passing ones were 11,000 series of zeros that
-        # every detuned-node alert read each minute (docs/performance.md). Which checks
-        # were judged, passing ones included, is in the hash below.
+        # Only the subjects that fail, warn or cannot be judged have a series (value 1), as
+        # ALERTS has only firing alerts: at 630 OSDs the passing ones were 11,000 series
+        # of zeros that every detuned-node alert read each minute (docs/performance.md).
+        # Which checks were judged, passing ones included, is in the hash below.
         failed = GaugeMetricFamily(
             metric_name("tuning_check_failed"),
             "1 when the tuning check fails for the subject (see `cephnode-exporter check`); "
@@ -196,11 +196,21 @@ class Collection:
             "1 when the tuning check warns for the subject; no series when it does not.",
             labels=["check", "subject"],
         )
+        # Without it a check that cannot judge (an unreadable or nonsensical input that
+        # its collector does not count as an error) would look like a pass. The reason
+        # stays out of the labels (free text, unbounded): `cephnode-exporter check` says it.
+        unknown = GaugeMetricFamily(
+            metric_name("tuning_check_unknown"),
+            "1 when the tuning check cannot judge the subject (its input unreadable or "
+            "nonsensical, or its collector failed; `cephnode-exporter check` says why); "
+            "no series otherwise.",
+            labels=["check", "subject"],
+        )
         # Per judged check, a hash of its failing and warning subjects: one series per
         # check that changes whenever one of those results does, so that a rule watching
         # for changes (alerts/, CephNodeTuningChanged) need not read every result for an
-        # hour. Passing subjects are left out: one that turns unknown (its OSD missed a
-        # scrape) is no change.
+        # hour. Passing and unknown subjects are left out: one that turns unknown (its OSD
+        # missed a scrape) is no change; tuning_check_unknown shows it instead.
         hashes = GaugeMetricFamily(
             metric_name("tuning_check_hash"),
             "A hash of the tuning check's failing and warning subjects and their status, "
@@ -209,8 +219,10 @@ class Collection:
         )
         deviating: dict[str, list[tuple[str, str]]] = {}
         for r in self.results:
-            if r.status in (Status.SKIP, Status.UNKNOWN):
-                # Unknown is carried by the collector's success metric; skip is not a result.
+            if r.status == Status.UNKNOWN:
+                unknown.add_metric([r.check, r.subject], 1.0)
+                continue
+            if r.status == Status.SKIP:  # not a result: the check does not apply
                 continue
             subjects = deviating.setdefault(r.check, [])
             if r.status == Status.FAIL:
@@ -222,4 +234,4 @@ class Collection:
             subjects.append((r.subject, r.status.value))
         for check, subjects in deviating.items():
             hashes.add_metric([check], state_hash(subjects))
-        yield from (failed, warning, hashes)
+        yield from (failed, warning, unknown, hashes)

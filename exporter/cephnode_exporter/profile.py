@@ -191,10 +191,10 @@ def load_profile(path: str | None, specs: dict[str, CheckSpec]) -> Profile:
     checks: dict[str, CheckSettings] = {}
     for check_name, spec in all_specs.items():
         values = raw.get(check_name, {})
-        missing = [p for p in spec.params if p not in values]
+        missing = [p for p in spec.params if p not in values and p not in spec.defaults]
         if missing:
             raise ProfileError(f"profile {name}: check {check_name} lacks {', '.join(missing)}")
-        params = {p: values[p] for p in spec.params}
+        params = {p: values[p] if p in values else spec.defaults[p] for p in spec.params}
         if spec.validate is not None:
             try:
                 spec.validate(params)

@@ -36,6 +36,10 @@ class Result:
     observed: str
     expected: str
     hint: str = ""
+    # The check raised (a bug): its result is unknown, and `check` exits 2 (internal
+    # error) rather than claim that nothing failed. Not in the report's JSON: the
+    # observed text carries the exception.
+    check_error: bool = False
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -98,6 +102,9 @@ class CheckSpec:
     func: Callable[..., list[Finding]]
     # Parameter name -> type; the values live in the profile.
     params: dict[str, ParamType] = field(default_factory=dict)
+    # Values of the parameters a profile entry may leave out (``optional`` of a sysctl:
+    # a site profile written before the parameter existed stays valid).
+    defaults: dict[str, Any] = field(default_factory=dict)
     # Checks parameter values beyond their types (an unknown keyword): raises ValueError.
     validate: Callable[[dict[str, Any]], None] | None = None
     family: bool = False
@@ -149,12 +156,17 @@ def check_family(
     *,
     validate_member: Callable[[str], None],
     validate: Callable[[dict[str, Any]], None] | None = None,
+    defaults: dict[str, Any] | None = None,
     **params: ParamType,
 ) -> Callable[[FamilyFunc], FamilyFunc]:
     """Decorator registering a check family: one check per profile entry ``<name>.<member>``.
 
-    The function is called as ``func(facts, params, member=...)``.
+    The function is called as ``func(facts, params, member=...)``. ``defaults`` gives the
+    value of each parameter an entry may leave out.
     """
+    unknown = set(defaults or {}) - set(params)
+    if unknown:
+        raise ValueError(f"check {name!r}: defaults for no parameter: {sorted(unknown)}")
 
     def wrap(func: FamilyFunc) -> FamilyFunc:
         if name in CHECKS:
@@ -164,6 +176,7 @@ def check_family(
             collector,
             func,
             dict(params),
+            defaults=dict(defaults or {}),
             validate=validate,
             family=True,
             validate_member=validate_member,

@@ -70,7 +70,8 @@ def evaluate(
             findings = spec.func(state.facts, settings.params)
         except Exception as exc:  # a check bug must not take the report down
             log.exception("check %s raised", name)
-            results.append(Result(name, "", Status.UNKNOWN, f"check error: {exc!r}", ""))
+            why = f"check error: {exc!r}"
+            results.append(Result(name, "", Status.UNKNOWN, why, "", check_error=True))
             continue
         for f in findings:
             if f.unknown:

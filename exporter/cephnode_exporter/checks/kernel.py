@@ -38,6 +38,28 @@ def _text(value: tuple[int, ...] | str) -> str:
     return value if isinstance(value, str) else " ".join(str(v) for v in value)
 
 
+def _not_found(member: str) -> str:
+    """Why a sysctl file may be missing while the kernel has the sysctl: the exporter's
+    view of /proc/sys, far more often than the kernel, on the nodes this runs on.
+
+    Network sysctls are per network namespace and /proc/sys/net shows the reader's
+    (hostfs/sysctl.py); net_core_table (rmem_max, wmem_max, netdev_max_backlog, ...) is
+    registered for init_net only (net/core/sysctl_net_core.c, sysctl_core_init), so an
+    exporter in its own namespace does not see them at all. A container runtime may
+    mask /proc/sys or parts of it, and --path.procfs may point at something that is not
+    the host's procfs.
+    """
+    causes = []
+    if sysctl_path_parts(member)[0] == "net":
+        causes.append("the exporter may run in another network namespace than the host's")
+    causes.append("/proc/sys may be masked")
+    causes.append("--path.procfs may not point at the host's procfs")
+    return (
+        f"not found in /proc/sys: {', '.join(causes[:-1])} or {causes[-1]}; if this "
+        "kernel lacks the sysctl, set optional: true for it in the profile"
+    )
+
+
 def _sysctl_hint(name: str, target: tuple[int, ...] | str) -> str:
     text = _text(target)
     arg = f'"{text}"' if " " in text else text
@@ -52,15 +74,21 @@ def _sysctl_hint(name: str, target: tuple[int, ...] | str) -> str:
     "kernel",
     validate_member=_validate_member,
     validate=_validate_sysctl,
+    defaults={"optional": False},
     value=(int, str, list),
     compare=str,
+    optional=bool,
 )
 def sysctl(facts: KernelFacts, params: dict[str, Any], member: str) -> list[Finding]:
     """A sysctl against the profile's value: at least, at most or equal, element-wise.
 
     A larger buffer or backlog than the profile's passes ``at_least``, and the fix never
-    lowers an element that is already past the profile's value. A sysctl the kernel does
-    not have is skipped; one that is unreadable, not decimal integers where the profile
+    lowers an element that is already past the profile's value. A sysctl whose file is
+    missing is ``unknown`` with the likely causes (another network namespace, a masked
+    /proc/sys, a wrong --path.procfs: the exporter cannot tell those from a kernel
+    without the sysctl), unless the profile marks it ``optional: true`` (one that some of
+    the fleet's kernels lack, such as net.ipv4.tcp_tw_recycle, removed in Linux 4.12):
+    then it is skipped. One that is unreadable, not decimal integers where the profile
     has numbers, or a vector of another length is ``unknown``.
     """
     want = sysctl_target(params["value"])
@@ -74,7 +102,9 @@ def sysctl(facts: KernelFacts, params: dict[str, Any], member: str) -> list[Find
     if reading.error is not None:
         return [Finding.cannot_judge("", f"unreadable: {reading.error}", expected)]
     if reading.value is None:
-        return [Finding("", None, "not present on this kernel", expected)]
+        if params["optional"]:
+            return [Finding("", None, "not present on this kernel (optional)", expected)]
+        return [Finding.cannot_judge("", _not_found(member), expected)]
     observed = reading.value
     if isinstance(want, str):
         deviates = " ".join(observed.text.split()) != want
@@ -102,7 +132,10 @@ def _validate_allowed(params: dict[str, Any]) -> None:
 @check("tuned.profile", "kernel", validate=_validate_allowed, allowed=list[str])
 def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     """tuned applies a whole set of settings at once; a node without the right profile is
-    missing all of them. A merged profile passes when every part is allowed."""
+    missing all of them. A merged profile passes when every part is allowed, and only
+    while tuned runs: a stopped tuned rolls its settings back and leaves active_profile
+    behind, so a selection without a tuned process deviates. Whether it runs is unknown
+    when /proc could not be searched."""
     allowed = list(params["allowed"])
     expected = f"tuned profile {' or '.join(allowed)}"
     set_it = f"tuned-adm profile {allowed[0]}"
@@ -118,6 +151,14 @@ def tuned_profile(facts: KernelFacts, params: dict[str, Any]) -> list[Finding]:
     if tuned.profile == "":
         return [Finding("", True, "no profile active (tuned-adm off)", expected, set_it)]
     deviates = any(p not in allowed for p in tuned.profiles)
+    if facts.tuned_running is False:
+        observed = f"tuned not running; active_profile says {tuned.profile}"
+        start = "systemctl enable --now tuned"
+        hint = f"{start}; {set_it}" if deviates else start
+        return [Finding("", True, observed, expected, hint)]
+    if facts.tuned_running is None and not deviates:
+        why = f"profile {tuned.profile}; whether tuned runs is unknown: {facts.tuned_running_error}"
+        return [Finding.cannot_judge("", why, expected)]
     return [Finding("", deviates, f"profile {tuned.profile}", expected, set_it if deviates else "")]
 
 

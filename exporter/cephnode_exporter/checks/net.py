@@ -12,10 +12,19 @@ address sources are unreadable no port can be judged: every port is ``unknown`` 
 text says the Ceph ports are unknown), never a pass. A port whose link is down carries
 no traffic and is ``skip``; a port whose MTU or rings were unreadable is ``unknown``.
 
+``net.mtu`` also judges each virtual interface holding a Ceph address (a VLAN, a bond, a
+bridge): Ceph's packets there are capped by the smallest MTU on the path from it down to
+the ports (VLAN -> bond -> ports; a VLAN at 1500 over a bond and ports at 9000 sends
+1500-byte packets), so that interface is the subject and its path the observed text; the
+ports keep their own findings, and rings stay on the ports (a VLAN has none). A lower
+link that cannot be followed (garbled, or missing while the device below has its
+``upper_`` twin, or leading to an interface not read) makes that subject ``unknown`` and,
+since which ports carry Ceph is then unknown too, every port of the default selection.
+
 With a regular expression, the interfaces whose whole name matches, physical or virtual
 (``bond0``, ``bond0.100``), whatever their link state or addresses: the profile named
-them, so they are judged. Names the collector excluded (``--collector.net.exclude``)
-are never seen here.
+them, so they are judged (a virtual one on its path, as above). Names the collector
+excluded (``--collector.net.exclude``) are never seen here.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import Any
 
 from cephnode_exporter.checks.base import Finding, check
 from cephnode_exporter.facts.net import NetFacts
+from cephnode_exporter.hostfs.names import natural_key
 from cephnode_exporter.hostfs.net import RINGS_ERROR, RINGS_NOT_READ, RINGS_UNSUPPORTED, Interface
 
 # Ceph addresses named in one observed text at most; the rest are counted.
@@ -73,23 +83,67 @@ class _CephPorts:
     where: str = ""
 
 
-def _physical_below(facts: NetFacts, name: str) -> list[str]:
-    """The physical ports the collector read at or below an interface (through the
-    lower links of VLANs, bonds and bridges)."""
-    out: list[str] = []
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        current = todo.pop()
-        iface = facts.interfaces.get(current)
-        if current in seen or iface is None:
-            continue
-        seen.add(current)
-        if iface.virtual:
-            todo.extend(iface.lower)
-        else:
-            out.append(current)
-    return sorted(out)
+@dataclass(frozen=True)
+class _Path:
+    """An interface and the interfaces below it, through the ``lower_<name>`` links of
+    VLANs, macvlans, bonds and bridges down to the physical ports."""
+
+    # Level 0 is the interface itself, level 1 the devices right below it, and so on;
+    # each interface once, at the first level it is met.
+    levels: tuple[tuple[str, ...], ...]
+    # The physical ports reached, sorted.
+    ports: tuple[str, ...]
+    # Set when a lower link could not be followed or led to an interface that was not
+    # read: what lies below is unknown.
+    broken: str = ""
+
+
+def _walk(facts: NetFacts, name: str) -> _Path:
+    """The path below ``name`` (an interface the collector read). Interfaces excluded by
+    --collector.net.exclude are left out, as everywhere else; one neither read nor
+    excluded (left out by --collector.net.max-interfaces, or gone during the read) and
+    a garbled link break the path."""
+    levels: list[tuple[str, ...]] = []
+    ports: list[str] = []
+    problems: list[str] = []
+    # The kernel makes lower_<b> in a and upper_<a> in b together (net/core/dev.c
+    # __netdev_adjacent_dev_insert): an upper_ link without its lower_ twin is a lower
+    # link gone missing.
+    twins: dict[str, list[str]] = defaultdict(list)
+    for other in facts.interfaces.values():
+        for up in other.upper:
+            twins[up].append(other.name)
+    seen = {name}
+    level = [name]
+    while level:
+        levels.append(tuple(level))
+        below: list[str] = []
+        for current in level:
+            iface = facts.interfaces[current]
+            if not iface.virtual:
+                ports.append(current)
+                continue
+            if iface.lower_error:
+                problems.append(iface.lower_error)
+            for lower in twins.get(current, ()):
+                if lower not in iface.lower and not iface.lower_error:
+                    problems.append(
+                        f"lower_{lower} of {current} missing ({lower} has upper_{current})"
+                    )
+            for lower in iface.lower:
+                if lower in seen:
+                    continue
+                seen.add(lower)
+                if lower in facts.interfaces:
+                    below.append(lower)
+                elif lower not in facts.excluded:
+                    why = f"{lower} below {current} was not read"
+                    if facts.items_dropped:
+                        why += " (more interfaces than --collector.net.max-interfaces)"
+                    problems.append(why)
+        level = below
+    broken = "; ".join(dict.fromkeys(problems))
+    return _Path(tuple(levels), tuple(sorted(ports)), broken)
 
 
 def _listing(items: list[str]) -> str:
@@ -110,22 +164,48 @@ def _ceph_ports(facts: NetFacts) -> _CephPorts:
         return _CephPorts({}, everywhere="no Ceph address on this node: every port judged")
     carried: dict[str, list[str]] = defaultdict(list)
     where = []
+    everywhere = ""
+    broken: list[str] = []
     for address, holders in ceph.interfaces.items():
         if not holders:
-            why = f"Ceph address {address} is on no interface's network: every port judged"
-            return _CephPorts({}, everywhere=why)
+            everywhere = everywhere or (
+                f"Ceph address {address} is on no interface's network: every port judged"
+            )
+            continue
         for holder in holders:
-            ports = _physical_below(facts, holder)
-            if not ports:
-                why = (
+            path = _walk(facts, holder) if holder in facts.interfaces else None
+            if path is not None and path.broken:
+                # Some port below may carry Ceph: none is judged on a guess.
+                broken.append(path.broken)
+                continue
+            if path is None or not path.ports:
+                everywhere = everywhere or (
                     f"Ceph address {address} is on {holder}, above no port the collector "
                     "read: every port judged"
                 )
-                return _CephPorts({}, everywhere=why)
+                continue
             where.append(f"{address} on {holder}")
-            for port in ports:
+            for port in path.ports:
                 carried[port].append(address if port == holder else f"{address} on {holder}")
+    if broken:
+        return _CephPorts({}, unknown=f"Ceph ports unknown ({'; '.join(dict.fromkeys(broken))})")
+    if everywhere:
+        return _CephPorts({}, everywhere=everywhere)
     return _CephPorts(dict(carried), where=_listing(where))
+
+
+def _ceph_holders(facts: NetFacts) -> dict[str, list[str]]:
+    """The virtual interfaces the collector read that hold a Ceph address (a VLAN, a bond,
+    a bridge), by name, with their Ceph addresses."""
+    if facts.ceph.error is not None:
+        return {}
+    out: dict[str, list[str]] = defaultdict(list)
+    for address, holders in facts.ceph.interfaces.items():
+        for holder in holders:
+            iface = facts.interfaces.get(holder)
+            if iface is not None and iface.virtual:
+                out[holder].append(address)
+    return {name: out[name] for name in sorted(out, key=natural_key)}
 
 
 def _scope(sel: _CephPorts, iface: Interface, link: str, what: str, expected: str) -> Finding | str:
@@ -165,17 +245,80 @@ def _speed(mbps: int) -> str:
     return f"{mbps // 1000} Gb/s" if mbps >= 1000 and mbps % 1000 == 0 else f"{mbps} Mb/s"
 
 
+def _persist_mtu(want: int) -> str:
+    return (
+        f"to persist it: netplan 'mtu: {want}' on the interface (and its bond and "
+        f"VLANs), or MTUBytes={want} in the [Link] section of its systemd-networkd "
+        f".network file, or nmcli connection modify <connection> 802-3-ethernet.mtu {want}; "
+        "switch ports and every peer on the network need the same MTU"
+    )
+
+
 def _mtu_hint(iface: Interface, want: int) -> str:
     target = iface.master or iface.name
     hint = f"ip link set dev {target} mtu {want}"
     if iface.master:
         hint += f" (set on {iface.master}: a bond passes its MTU to every slave)"
-    return (
-        hint + f"; to persist it: netplan 'mtu: {want}' on the interface (and its bond and "
-        f"VLANs), or MTUBytes={want} in the [Link] section of its systemd-networkd "
-        f".network file, or nmcli connection modify <connection> 802-3-ethernet.mtu {want}; "
-        "switch ports and every peer on the network need the same MTU"
+    return hint + "; " + _persist_mtu(want)
+
+
+def _path_hint(hops: list[Interface], want: int) -> str:
+    """Raise every interface of the path below ``want``, the lowest first: the kernel
+    refuses a VLAN an MTU above its device's (net/8021q/vlan_dev.c vlan_dev_change_mtu,
+    ERANGE), and a bond slave takes its bond's MTU, so the bond is set instead."""
+    names = {h.name for h in hops}
+    targets: dict[str, None] = {}
+    for hop in reversed(hops):
+        if hop.mtu is not None and hop.mtu < want:
+            targets[hop.master if hop.master in names else hop.name] = None
+    commands = ", then ".join(f"ip link set dev {t} mtu {want}" for t in targets)
+    order = "; lower devices first (a VLAN's MTU cannot exceed its device's)"
+    return commands + (order if len(targets) > 1 else "") + "; " + _persist_mtu(want)
+
+
+def _judge_path(
+    facts: NetFacts, iface: Interface, want: int, expected: str, note: str, *, named: bool
+) -> Finding:
+    """``net.mtu`` of a virtual interface (a VLAN, bond or bridge holding a Ceph address,
+    or named by the profile): the smallest MTU on its path down to the ports caps its
+    packets, whichever interface sets it. Interfaces below whose link is down carry
+    nothing and are left out of the smallest; the interface's own link down is ``skip``
+    unless the profile named it."""
+    own = "unreadable" if iface.mtu is None else str(iface.mtu)
+    link = _link(iface)
+    if iface.link_down and not named:
+        return Finding(iface.name, None, f"MTU {own}, {link}: not judged", expected)
+    tail = f"; {note}" if note else ""
+    path = _walk(facts, iface.name)
+    if path.broken:
+        observed = f"MTU {own} ({link}; the devices below unknown: {path.broken}{tail})"
+        return Finding.cannot_judge(iface.name, observed, expected)
+    hops = [facts.interfaces[n] for level in path.levels for n in level]
+    counted = [h for h in hops if h is iface or not h.link_down]
+
+    def hop(h: Interface) -> str:
+        mtu = "MTU unreadable" if h.mtu is None else str(h.mtu)
+        return f"{h.name} {mtu}" + (" (link down)" if h is not iface and h.link_down else "")
+
+    chain = " over ".join(
+        ", ".join(hop(facts.interfaces[n]) for n in level) for level in path.levels
     )
+    if len(path.levels) == 1:
+        chain += ", nothing below"
+    unreadable = [h.name for h in counted if h.mtu is None]
+    if unreadable:
+        observed = f"MTU of {', '.join(unreadable)} unreadable ({link}; {chain}{tail})"
+        return Finding.cannot_judge(iface.name, observed, expected)
+    smallest = min(h.mtu for h in counted if h.mtu is not None)
+    at = [h.name for h in counted if h.mtu == smallest]
+    # Which interfaces set it, unless it is the interface's own (every one that needs
+    # raising when it is too small).
+    own_sets_it = at == [iface.name] or (smallest >= want and iface.name in at)
+    where = "" if own_sets_it else f" at {', '.join(at)}"
+    observed = f"MTU {smallest}{where} ({link}; {chain}{tail})"
+    if smallest < want:
+        return Finding(iface.name, True, observed, expected, _path_hint(counted, want))
+    return Finding(iface.name, False, observed, expected)
 
 
 @check(
@@ -198,6 +341,9 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
     sel = _ceph_ports(facts)
     findings = []
     for iface in selected:
+        if named and iface.virtual:
+            findings.append(_judge_path(facts, iface, want, expected, "", named=True))
+            continue
         link = _link(iface)
         if iface.mtu is None:
             # Unknown where the port would be judged; a port left out anyway stays so.
@@ -229,6 +375,13 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
             findings.append(Finding(iface.name, True, observed, expected, _mtu_hint(iface, want)))
         else:
             findings.append(Finding(iface.name, False, observed, expected))
+    if not named:
+        # The interfaces Ceph's addresses are on, when they are not the ports: their
+        # path, not the ports' own MTU, is what caps Ceph's packets.
+        for name, addresses in _ceph_holders(facts).items():
+            note = "Ceph " + _listing(addresses)
+            holder = facts.interfaces[name]
+            findings.append(_judge_path(facts, holder, want, expected, note, named=False))
     return findings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cephnode_exporter.checks.base import Finding, check
-from cephnode_exporter.facts.nvme import ControllerFacts, NvmeFacts
+from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts
 from cephnode_exporter.hostfs.pci import LinkState, format_speed
 
 # A udev rule applies the scheduler to every NVMe namespace when it appears (boot,
@@ -24,27 +24,65 @@ def _validate_allowed(params: dict[str, Any]) -> None:
 def scheduler(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     """An NVMe namespace should run no I/O scheduler: the drive has deep queues of its
     own, and mq-deadline or bfq add a lock and request sorting to every I/O
-    (Documentation/block/switching-sched.rst lists the schedulers)."""
+    (Documentation/block/switching-sched.rst lists the schedulers).
+
+    Under native NVMe multipath the namespace's visible disk is a bio-based head with no
+    scheduler; the I/O is queued on its hidden path disks (one per controller), so those
+    are judged, every one: a namespace fails when any path runs another scheduler, since
+    any path may carry its I/O (after a failover, or always with round-robin). The
+    subject stays the namespace, the name the OSD, node_exporter and the alerts know; the
+    paths are named in ``observed`` and the hint."""
     allowed = list(params["allowed"])
     expected = f"I/O scheduler {' or '.join(allowed)}"
     if not facts.namespaces:
         return [Finding("", None, "no NVMe namespaces on this node", expected)]
-    out = []
-    for ns in facts.namespaces:
-        active = ns.queue.scheduler
-        if active is None:
-            out.append(Finding.cannot_judge(ns.name, "queue/scheduler unreadable", expected))
-            continue
-        if active in allowed:
-            out.append(Finding(ns.name, False, active, expected))
-            continue
-        want = allowed[0]
-        hint = (
-            f"echo {want} > /sys/block/{ns.name}/queue/scheduler; to keep it across reboots "
-            f"and hot-plugs, put this line in {UDEV_RULE_FILE}: {UDEV_RULE.format(name=want)}"
+    return [
+        _multipath_scheduler(ns, allowed, expected)
+        if ns.multipath
+        else _scheduler(ns, allowed, expected)
+        for ns in facts.namespaces
+    ]
+
+
+def _scheduler(ns: NamespaceFacts, allowed: list[str], expected: str) -> Finding:
+    active = ns.queue.scheduler
+    if active is None:
+        return Finding.cannot_judge(ns.name, "queue/scheduler unreadable", expected)
+    if active in allowed:
+        return Finding(ns.name, False, active, expected)
+    want = allowed[0]
+    hint = (
+        f"echo {want} > /sys/block/{ns.name}/queue/scheduler; to keep it across reboots "
+        f"and hot-plugs, put this line in {UDEV_RULE_FILE}: {UDEV_RULE.format(name=want)}"
+    )
+    return Finding(ns.name, True, active, expected, hint)
+
+
+def _multipath_scheduler(ns: NamespaceFacts, allowed: list[str], expected: str) -> Finding:
+    if not ns.paths:
+        reason = (
+            "native multipath head without a path disk: no request queue to judge "
+            "(all paths removed, or an unreadable sysfs)"
         )
-        out.append(Finding(ns.name, True, active, expected, hint))
-    return out
+        return Finding.cannot_judge(ns.name, reason, expected)
+    observed = ", ".join(f"{p.queue.scheduler or 'unreadable'} on {p.name}" for p in ns.paths)
+    bad = [p for p in ns.paths if p.queue.scheduler not in (None, *allowed)]
+    if bad:
+        want = allowed[0]
+        echo = "; ".join(f"echo {want} > /sys/block/{p.name}/queue/scheduler" for p in bad)
+        hint = (
+            f"{echo}: under native NVMe multipath the hidden path disk queues the I/O of "
+            f"{ns.name}, which is bio-based and has no scheduler. Then remove what set it: "
+            "the kernel picks mq-deadline itself only for a queue with one hardware queue, "
+            "and hidden disks get no uevents since Linux 5.15 (before, only udevadm "
+            "trigger's at boot, when the rule of the plain namespaces reaches them too: "
+            f"{UDEV_RULE.format(name=want)} in {UDEV_RULE_FILE}), so look for a tuned "
+            "[disk] elevator= or a script writing /sys/block/nvme*/queue/scheduler"
+        )
+        return Finding(ns.name, True, observed, expected, hint)
+    if any(p.queue.scheduler is None for p in ns.paths):
+        return Finding.cannot_judge(ns.name, f"queue/scheduler unreadable: {observed}", expected)
+    return Finding(ns.name, False, observed, expected)
 
 
 def _describe(state: LinkState) -> str:

@@ -29,7 +29,12 @@ from cephnode_exporter.collectors.base import (
     register,
 )
 from cephnode_exporter.devices import NvmeController
-from cephnode_exporter.facts.iommu import ControllerIommu, IommuFacts
+from cephnode_exporter.facts.iommu import (
+    NO_GROUP,
+    NO_TYPE_FILE,
+    ControllerIommu,
+    IommuFacts,
+)
 from cephnode_exporter.hostfs import ParseError, ReadErrors
 from cephnode_exporter.hostfs.cmdline import read_cmdline
 from cephnode_exporter.hostfs.iommu import (
@@ -121,7 +126,7 @@ class IommuCollector(Collector):
             # An active IOMMU that does not cover the device, or a tree that lost the link:
             # the DMA path is not certain either way.
             why = f"no IOMMU group although {len(units)} IOMMU unit(s) are active"
-            return ControllerIommu(name, None, None, None, why)
+            return ControllerIommu(name, None, None, None, why, undecided=NO_GROUP)
         try:
             domain_type = read_group_type(self.ctx.fs, group)
         except (OSError, ParseError) as exc:
@@ -129,7 +134,7 @@ class IommuCollector(Collector):
             return None if _gone(pci_dir) else _unreadable(name, group, errors, exc)
         if domain_type is None:
             why = "the kernel has no iommu_groups/<N>/type file (before Linux 5.2)"
-            return ControllerIommu(name, group, None, None, why)
+            return ControllerIommu(name, group, None, None, why, undecided=NO_TYPE_FILE)
         translated = dma_translated(domain_type)
         why = {
             True: "translated",

@@ -9,6 +9,7 @@ profile (``sysctl.<name>`` checks) so the values exported are exactly those judg
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,6 +24,7 @@ from cephnode_exporter.hostfs.kernel import (
     read_tuned,
     read_vulnerabilities,
 )
+from cephnode_exporter.hostfs.process import find_process, read_pid_file
 from cephnode_exporter.hostfs.sysctl import read_sysctl
 
 # Kernel parameters exported as labels of cephnode_kernel_cmdline_info, from
@@ -45,6 +47,16 @@ CMDLINE_PARAMS = (
 )
 # Label value of a parameter given without "=value" ("nosmt"); empty means not given.
 FLAG_PRESENT = "1"
+# tuned's daemon: /usr/sbin/tuned is a Python script, so its comm is the script's name;
+# it writes its pid to /run/tuned/tuned.pid (redhat-performance/tuned, tuned/consts.py
+# PID_FILE). /etc/tuned/active_profile outlives the daemon (systemctl stop tuned rolls
+# the settings back and leaves the file), so the selection alone proves nothing.
+TUNED_COMM = "tuned"
+TUNED_PID_FILE = ("run", "tuned", "tuned.pid")
+# Seconds between two scans of every process's comm while tuned is not found, as the irq
+# collector does for irqbalance: the pid seen last and the pid file are tried on every
+# scrape, a node without tuned running does not read hundreds of comm files each time.
+TUNED_RESCAN_SECONDS = 60.0
 
 
 @register
@@ -59,6 +71,8 @@ class KernelCollector(Collector):
         # The sysctls the profile compares as integers: for them a value that is not
         # decimal integers is a read error, not a string to export nothing for.
         self._numeric = ctx.reads.numeric_sysctls
+        self._tuned_pid: int | None = None
+        self._scanned_at: float | None = None  # the last /proc scan that found no tuned
 
     def read(self) -> KernelFacts:
         fs = self.ctx.fs
@@ -86,15 +100,38 @@ class KernelCollector(Collector):
             errors=errors,
             vulnerability_errors=vulnerability_errors,
         )
+        if tuned is not None and tuned.installed:
+            self._read_tuned_running(facts)
         for name in self._sysctls:
             try:
-                # None: the running kernel has no such sysctl, which is not an error.
+                # None: no such file. Not a read error: the check says unknown with the
+                # likely causes, or skips a sysctl the profile marks optional.
                 value = read_sysctl(fs, name, numeric=name in self._numeric)
                 facts.sysctls[name] = SysctlReading(value=value)
             except (OSError, ValueError) as exc:  # ParseError is a ValueError
                 errors.add(exc)
                 facts.sysctls[name] = SysctlReading(error=str(exc))
         return facts
+
+    def _read_tuned_running(self, facts: KernelFacts) -> None:
+        """Whether tuned's daemon runs: the pid seen last, then the pid file, then (at
+        most once a minute while none is found) a scan of /proc."""
+        fs = self.ctx.fs
+        now = time.monotonic()
+        scan = self._scanned_at is None or now - self._scanned_at >= TUNED_RESCAN_SECONDS
+        candidates = [self._tuned_pid, read_pid_file(fs.root(*TUNED_PID_FILE))]
+        try:
+            self._tuned_pid = find_process(fs, TUNED_COMM, candidates, scan)
+        except OSError as exc:
+            facts.errors.add(exc)
+            facts.tuned_running_error = str(exc)
+            self._tuned_pid = None
+            return
+        facts.tuned_running = self._tuned_pid is not None
+        if facts.tuned_running:
+            self._scanned_at = None
+        elif scan:
+            self._scanned_at = now
 
     def metrics(self, facts: KernelFacts) -> Iterable[Metric]:
         if facts.cmdline is not None:
@@ -137,10 +174,18 @@ class KernelCollector(Collector):
                 "(tuned not installed, never started, or tuned-adm off).",
                 {"profile": facts.tuned.profile or ""},
             )
+        if facts.tuned_running is not None:
+            yield _single(
+                metric_name("tuned_running"),
+                "1 when a process named tuned runs (the daemon that applies the profile), "
+                "else 0; absent when tuned is not installed or /proc cannot be listed.",
+                {},
+                1.0 if facts.tuned_running else 0.0,
+            )
         values = GaugeMetricFamily(
             metric_name("sysctl_value"),
             "Integer sysctls named in the tuning profile; multi-valued ones (tcp_rmem) have "
-            "an index label. Absent for a sysctl the kernel lacks or that is not a number.",
+            "an index label. Absent for a sysctl not found in /proc/sys or not a number.",
         )
         for name, reading in facts.sysctls.items():
             ints = reading.value.ints if reading.value is not None else None

@@ -10,8 +10,9 @@ the ethtool ioctl and so are in no sysfs-based exporter.
 Which interfaces: discovery (:mod:`cephnode_exporter.devices`) lists them; names matching
 ``--collector.net.exclude`` are ignored outright. Of the rest, physical ports get the full
 read and metrics; virtual interfaces (bonds, VLANs, bridges: under /sys/devices/virtual)
-get a light read (MTU, operstate, lower devices) so that the ``net.mtu`` check can judge
-a bond or a VLAN the profile names, and no metrics: rings, NUMA node and driver belong to
+get a light read (MTU, operstate, lower and upper devices) so that the ``net.mtu`` check
+can judge a bond or a VLAN holding a Ceph address or named by the profile, on its path
+down to the ports, and no metrics: rings, NUMA node and driver belong to
 the ports. At most ``--collector.net.max-interfaces`` are read, physical ports first (they
 carry the series), each kind by name: thousands of VFs or VLANs cannot flood Prometheus.
 

@@ -4,7 +4,10 @@ A controller that trained its link down (x2 instead of x4, 8 instead of 16 GT/s)
 or quarters one OSD's bandwidth without any error; a namespace left on ``mq-deadline``
 adds a lock and sorting to every I/O. Neither shows up in node_exporter, whose diskstats
 this collector does not repeat: its ``device`` label is the same block device name
-(``nvme0n1``), so the two join in PromQL.
+(``nvme0n1``), so the two join in PromQL. Under native NVMe multipath the visible
+namespace is a bio-based head: its request-queue settings (the scheduler above all) are
+read from, and exported under, its hidden path disks (``nvme2c2n1``), and the head keeps
+the disk's own (hostfs/nvme.py REQUEST_COUNTS).
 
 Devices come from the shared discovery (:mod:`cephnode_exporter.devices`), so a drive that
 is hot-plugged appears on the next scrape and a removed one disappears. What cannot
@@ -32,8 +35,8 @@ from cephnode_exporter.collectors.base import (
     metric_name,
     register,
 )
-from cephnode_exporter.devices import DeviceClass, NvmeController
-from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts
+from cephnode_exporter.devices import DeviceClass, NvmeController, NvmeNamespace
+from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts, PathFacts
 from cephnode_exporter.hostfs import AttrFiles, ReadErrors, fd_budget
 from cephnode_exporter.hostfs.nvme import (
     ControllerIdentity,
@@ -132,13 +135,28 @@ class NvmeCollector(Collector):
             if c is not None:
                 facts.controllers.append(c)
         for ns in namespaces:
-            attrs = DeviceAttrs(ns.syspath, self._files)
-            queue = read_block_queue(attrs)
-            if attrs.gone():
-                continue  # removed since discovery listed it: not an error
-            facts.errors.items.extend(attrs.errors.items)
-            facts.namespaces.append(NamespaceFacts(ns.name, ns.controllers, queue))
+            n = self._namespace(ns, facts.errors)
+            if n is not None:
+                facts.namespaces.append(n)
         return facts
+
+    def _namespace(self, ns: NvmeNamespace, errors: ReadErrors) -> NamespaceFacts | None:
+        """A plain namespace's queue; for a multipath head the head's disk settings and
+        each path's request queue (hostfs/nvme.py REQUEST_COUNTS says which is where)."""
+        attrs = DeviceAttrs(ns.syspath, self._files)
+        queue = read_block_queue(attrs, request=not ns.multipath)
+        if attrs.gone():
+            return None  # removed since discovery listed it: not an error
+        errors.items.extend(attrs.errors.items)
+        paths = []
+        for p in ns.paths:
+            path_attrs = DeviceAttrs(p.syspath, self._files)
+            path_queue = read_block_queue(path_attrs, disk=False)
+            if path_attrs.gone():
+                continue  # that controller went away: the other paths still count
+            errors.items.extend(path_attrs.errors.items)
+            paths.append(PathFacts(p.name, p.controller, path_queue))
+        return NamespaceFacts(ns.name, ns.controllers, queue, tuple(paths), ns.multipath)
 
     def _controller(self, ctrl: NvmeController, errors: ReadErrors) -> ControllerFacts | None:
         attrs = DeviceAttrs(ctrl.syspath, self._files)
@@ -323,20 +341,23 @@ def _namespace_metrics(namespaces: list[NamespaceFacts]) -> Iterable[Metric]:
         labels=["device", "op"],
     )
     for ns in namespaces:
-        q = ns.queue
         for ctrl in ns.controllers:
             info.add_metric([ns.name, ctrl], 1.0)
-        if q.scheduler is not None:
-            scheduler.add_metric([ns.name, q.scheduler], 1.0)
-        for attr, scale, family in gauges:
-            value = getattr(q, attr)
-            if value is not None:
-                family.add_metric([ns.name], float(value * scale))
-        if q.wbt_lat_usec is not None:
-            wbt.add_metric([ns.name], q.wbt_lat_usec / US_PER_S)
-        if q.inflight_reads is not None and q.inflight_writes is not None:
-            inflight.add_metric([ns.name, "read"], float(q.inflight_reads))
-            inflight.add_metric([ns.name, "write"], float(q.inflight_writes))
+        # A multipath head's queue carries the disk's settings, each path's the request
+        # queue's: each under its own block device name, as node_exporter's diskstats
+        # (which lists the hidden nvme2c2n1 too) names them. What was not read is None.
+        for device, q in ((ns.name, ns.queue), *((p.name, p.queue) for p in ns.paths)):
+            if q.scheduler is not None:
+                scheduler.add_metric([device, q.scheduler], 1.0)
+            for attr, scale, family in gauges:
+                value = getattr(q, attr)
+                if value is not None:
+                    family.add_metric([device], float(value * scale))
+            if q.wbt_lat_usec is not None:
+                wbt.add_metric([device], q.wbt_lat_usec / US_PER_S)
+            if q.inflight_reads is not None and q.inflight_writes is not None:
+                inflight.add_metric([device, "read"], float(q.inflight_reads))
+                inflight.add_metric([device, "write"], float(q.inflight_writes))
     yield info
     yield scheduler
     for _, _, family in gauges:

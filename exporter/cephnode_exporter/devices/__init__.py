@@ -34,6 +34,7 @@ from cephnode_exporter.devices.model import (
     NetInterface,
     NvmeController,
     NvmeNamespace,
+    NvmePath,
     Snapshot,
 )
 from cephnode_exporter.devices.sysfs import SysfsDevices
@@ -56,6 +57,7 @@ __all__ = [
     "NetInterface",
     "NvmeController",
     "NvmeNamespace",
+    "NvmePath",
     "Snapshot",
     "SysfsDevices",
     "UdevDevices",

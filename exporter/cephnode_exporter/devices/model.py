@@ -48,19 +48,41 @@ class NvmeController(Device):
 
 
 @dataclass(frozen=True)
+class NvmePath:
+    """A hidden per-path disk of native NVMe multipath, nvme{S}c{C}n{H}: the blk-mq disk
+    that carries the I/O of head nvme{S}n{H} through controller ``controller``.
+
+    drivers/nvme/host/core.c allocates it under the controller (``ctrl->device``) with
+    GENHD_FL_HIDDEN, so it has no /dev node and, since Linux 5.15, never sends a uevent
+    (block/genhd.c: "for hidden disks uevents remain suppressed forever"); it is still in
+    /sys/class/block and /sys/block. Its ``queue/`` is the request queue: the scheduler,
+    nr_requests, rq_affinity, nomerges, io_poll, wbt and the ``mq/`` hardware contexts.
+    """
+
+    name: str
+    controller: str
+    # Resolved sysfs directory of the path disk.
+    syspath: str
+
+
+@dataclass(frozen=True)
 class NvmeNamespace(Device):
     """A visible NVMe block device (nvmeXnY), the name node_exporter's diskstats uses.
 
     ``controllers`` are the controllers that reach the namespace: one without native
-    multipath; with it, one per path (``paths`` names the hidden nvmeXcYnZ disks). The
-    hidden per-path disks get no record of their own: nothing is tuned or queued there.
+    multipath; with it, one per path. ``multipath`` marks a native multipath head: a
+    bio-based disk under /sys/devices/virtual/nvme-subsystem/nvme-subsysN
+    (drivers/nvme/host/multipath.c ``nvme_mpath_alloc_disk``) whose bios are resubmitted
+    to one of ``paths``, the hidden per-path disks, by ``nvme_ns_head_submit_bio``. The
+    head's own queue has no scheduler; its request-queue settings are the paths'.
     ``pci`` is None for a multipath head (it lives under /sys/devices/virtual); look the
     controllers up instead.
     """
 
     kind: ClassVar[str] = NVME_NAMESPACE
     controllers: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
+    paths: tuple[NvmePath, ...] = ()
+    multipath: bool = False
 
     @property
     def controller(self) -> str | None:
@@ -167,23 +189,22 @@ def assemble(scan: RawScan) -> Enumeration:
 
     # Hidden per-path disks nvme{S}c{C}n{H} belong to head nvme{S}n{H}; their parent
     # directory is controller C (drivers/nvme/host/core.c adds them under ctrl->device).
-    paths: dict[str, list[tuple[str, str]]] = {}
+    paths: dict[str, list[NvmePath]] = {}
     for e in scan.disks:
         m = PATH_RE.match(e.name)
         if m and e.parent and CONTROLLER_RE.match(e.parent):
             head = f"nvme{m.group(1)}n{m.group(3)}"
-            paths.setdefault(head, []).append((e.parent, e.name))
+            paths.setdefault(head, []).append(NvmePath(e.name, e.parent, e.syspath))
     for e in scan.disks:
         if not NAMESPACE_RE.match(e.name):
             continue  # partitions, hidden paths, other disks
         if e.parent and CONTROLLER_RE.match(e.parent):
-            controllers: tuple[str, ...] = (e.parent,)
-            names: tuple[str, ...] = ()
-        else:  # a multipath head under nvme-subsystem/nvme-subsysN
-            found = sorted(paths.get(e.name, []), key=lambda p: natural_key(p[0]))
-            controllers = tuple(c for c, _ in found)
-            names = tuple(n for _, n in found)
-        devices.append(NvmeNamespace(e.name, e.syspath, e.pci, controllers, names))
+            devices.append(NvmeNamespace(e.name, e.syspath, e.pci, (e.parent,)))
+            continue
+        # a multipath head under nvme-subsystem/nvme-subsysN
+        found = tuple(sorted(paths.get(e.name, []), key=lambda p: natural_key(p.controller)))
+        controllers = tuple(p.controller for p in found)
+        devices.append(NvmeNamespace(e.name, e.syspath, e.pci, controllers, found, True))
 
     for e in scan.nets:
         devices.append(NetInterface(e.name, e.syspath, e.pci, e.virtual))

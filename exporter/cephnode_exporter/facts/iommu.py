@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 
 from cephnode_exporter.hostfs import ReadErrors
 
+# Why sysfs does not show the DMA path of a controller that an active IOMMU may cover
+# (ControllerIommu.undecided); the check then asks the kernel command line.
+NO_TYPE_FILE = "no_type_file"  # a group, but no iommu_groups/<N>/type (before Linux 5.2)
+NO_GROUP = "no_group"  # IOMMU units active, but no iommu_group link on the PCI function
+
 
 @dataclass(frozen=True)
 class ControllerIommu:
@@ -23,6 +28,10 @@ class ControllerIommu:
     # True when ``translated`` is None because a file was unreadable (the check says
     # unknown), not because the kernel's state cannot tell (the check skips).
     unreadable: bool = False
+    # NO_TYPE_FILE or NO_GROUP when ``translated`` is None because sysfs does not show
+    # the mode of an IOMMU that is active: the kernel command line may tell, else the
+    # check says unknown. "" otherwise.
+    undecided: str = ""
 
 
 @dataclass

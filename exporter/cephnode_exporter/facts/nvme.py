@@ -21,10 +21,26 @@ class ControllerFacts:
 
 
 @dataclass(frozen=True)
+class PathFacts:
+    """A hidden path disk of a native multipath head (nvme2c2n1) and its request queue."""
+
+    name: str
+    controller: str
+    queue: BlockQueue
+
+
+@dataclass(frozen=True)
 class NamespaceFacts:
+    """A visible namespace. Without multipath ``queue`` holds every setting; for a
+    multipath head (``multipath``) it holds the disk's (read-ahead, request size,
+    in-flight) and each of ``paths`` its request queue's (scheduler, nr_requests, ...):
+    devices/model.py NvmeNamespace, hostfs/nvme.py REQUEST_COUNTS."""
+
     name: str
     controllers: tuple[str, ...]
     queue: BlockQueue
+    paths: tuple[PathFacts, ...] = ()
+    multipath: bool = False
 
 
 @dataclass

@@ -11,7 +11,12 @@ Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-cl
   - ``master``: link to the bond or bridge the interface is enslaved to, if any.
   - ``lower_<name>``: a link per lower device of a bond (its slaves), bridge (its ports),
     VLAN or macvlan (the device it sits on) (net/core/dev.c netdev_adjacent_sysfs_add,
-    "lower_%s"); read for virtual interfaces, to find the ports under a Ceph address.
+    "lower_%s" to the lower device's own directory, made only when both are in the same
+    network namespace; renamed with the device, netdev_adjacent_rename_links); read for
+    virtual interfaces, to find the ports under a Ceph address and the MTUs on the way.
+    An entry that is not a link, leads nowhere or to a device of another name is no link
+    the kernel makes: the interface's ``lower_error`` says so and the checks judge nothing
+    below it.
   - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
     gives no proximity for it.
 
@@ -72,6 +77,13 @@ class Interface:
     rings_error: str | None = None
     # Virtual interfaces only: the devices right below (bond slaves, a VLAN's device).
     lower: tuple[str, ...] = ()
+    # Virtual interfaces only: why a lower_<name> entry could not be followed (the
+    # devices below are then unknown); None when every entry was a good link.
+    lower_error: str | None = None
+    # The devices right above (a port's bond, a bond's VLANs), from upper_<name>: the
+    # kernel makes each upper_ link with its lower_ twin, so one without the other
+    # means a lower link is missing.
+    upper: tuple[str, ...] = ()
 
     @property
     def link_down(self) -> bool:
@@ -150,23 +162,66 @@ class _Reader:
             self.errors.add(exc)
             return None
 
-    def lower(self) -> tuple[str, ...]:
-        """Names of the ``lower_<name>`` links, sorted."""
+    def adjacent(self) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+        """Names of the ``lower_<name>`` links and of the ``upper_<name>`` ones, sorted,
+        and why a lower link could not be followed (None when all could); each bad
+        entry is also a read error."""
         try:
-            names = os.listdir(self.syspath)
+            names = sorted(os.listdir(self.syspath))
         except FileNotFoundError:
             raise Vanished from None
         except OSError as exc:
-            self.errors.add(OSError(exc.errno, exc.strerror, self.syspath))
-            return ()
-        lower = []
+            err = OSError(exc.errno, exc.strerror, self.syspath)
+            self.errors.add(err)
+            return (), (), f"{self.syspath}: {exc.strerror}"
+        upper = []
         for n in names:
-            if n.startswith("lower_"):
+            if n.startswith("upper_"):
                 try:
-                    lower.append(utf8_name(n[len("lower_") :], os.path.join(self.syspath, n)))
+                    path = os.path.join(self.syspath, n)
+                    upper.append(utf8_name(n[len("upper_") :], path))
                 except ParseError as exc:
                     self.errors.add(exc)
-        return tuple(sorted(lower))
+        lower = []
+        problems = []
+        for n in names:
+            if not n.startswith("lower_"):
+                continue
+            path = os.path.join(self.syspath, n)
+            try:
+                name = utf8_name(n[len("lower_") :], path)
+            except ParseError as exc:
+                self.errors.add(exc)
+                problems.append(str(exc))
+                continue
+            why = self._bad_lower(path, name)
+            if why is not None:
+                self.errors.add(ParseError(path, why))
+                problems.append(f"{n} of {self.name}: {why}")
+                continue
+            lower.append(name)
+        return tuple(lower), tuple(upper), "; ".join(problems) or None
+
+    def _bad_lower(self, path: str, name: str) -> str | None:
+        """Why ``lower_<name>`` is not the kernel's link to device ``name``, or None."""
+        try:
+            target = os.readlink(path)
+        except FileNotFoundError:
+            if self.gone():
+                raise Vanished from None
+            return "gone while read"
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                return "not a link"
+            return exc.strerror or str(exc)
+        base = os.path.basename(os.path.normpath(target))
+        if base != name:
+            return f"a link to {base[:40]}, not to {name}"
+        if not os.path.isdir(path):
+            if self.gone():
+                raise Vanished from None
+            return "a link to nothing"
+        return None
 
 
 def read_interface(
@@ -180,8 +235,8 @@ def read_interface(
 ) -> Interface | None:
     """Read interface ``name`` from its resolved sysfs directory ``syspath``; ``pci`` is
     its nearest PCI function, ``virtual`` whether it has no device (both from discovery).
-    ``rings`` None means a light read (MTU, operstate, master and, of a virtual
-    interface, its lower devices: what the checks need of a bond or VLAN); with a reader,
+    ``rings`` None means a light read (MTU, operstate, master, upper devices and, of a
+    virtual interface, its lower devices: what the checks need of a bond or VLAN); with a reader,
     also speed, NUMA node, driver and ring sizes. None when the interface vanished
     during the read."""
     r = _Reader(syspath, name, errors)
@@ -191,7 +246,9 @@ def read_interface(
         operstate = r.attr(os.path.join(base, "operstate"), parse_operstate)
         master = r.link_name("master")
         if rings is None:
-            lower = r.lower() if virtual else ()
+            lower, upper, lower_error = r.adjacent()
+            if not virtual:
+                lower, lower_error = (), None
             return Interface(
                 name,
                 virtual,
@@ -203,6 +260,8 @@ def read_interface(
                 None,
                 master,
                 lower=lower,
+                lower_error=lower_error,
+                upper=upper,
             )
         speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
         numa: int | None = None
@@ -212,6 +271,7 @@ def read_interface(
             numa = r.attr(os.path.join(pci_dir, "numa_node"), parse_numa_node, optional=True)
         driver = r.link_name(os.path.join("device", "driver"))
         ring_param, state, why = _read_rings(r, rings)
+        _, upper, _ = r.adjacent()
     except Vanished:
         return None
     return Interface(
@@ -227,6 +287,7 @@ def read_interface(
         ring_param,
         state,
         why,
+        upper=upper,
     )
 
 

@@ -13,7 +13,9 @@ active one in brackets ("[none] mq-deadline ", or "mq-deadline kyber [none]" bef
 or just "none" when the queue cannot have one; ``queue/wbt_lat_usec`` fails with EINVAL
 when writeback throttling is not set up for the queue and reads 0 when it is disabled;
 ``inflight`` is "%8u %8u" (reads, writes); ``mq/<N>/`` is one directory per blk-mq
-hardware context.
+hardware context. A native multipath head has no request queue of its own:
+:func:`read_block_queue` reads the request queue's settings from its path disks and the
+disk's from the head (REQUEST_COUNTS below).
 
 Temperature: drivers/nvme/host/hwmon.c registers an hwmon device named "nvme" under the
 controller (``nvmeX/hwmonN``; the first kernels with it, 5.5 on, registered it under the
@@ -165,15 +167,23 @@ class BlockQueue:
     inflight_writes: int | None = None
 
 
-# queue/<attribute> read as a count, in BlockQueue field order.
-QUEUE_COUNTS = (
-    "nr_requests",
-    "rq_affinity",
-    "nomerges",
-    "io_poll",
-    "read_ahead_kb",
-    "max_sectors_kb",
-)
+# queue/<attribute> read as a count, in BlockQueue field order, by the queue they belong
+# to. Under native NVMe multipath the visible head is a bio-based disk (drivers/nvme/host/
+# multipath.c nvme_mpath_alloc_disk: blk_alloc_disk, ->submit_bio) and the hidden path
+# disks hold the blk-mq request queues:
+#   - the request queue's settings: block/blk-sysfs.c groups queue/nr_requests, scheduler,
+#     rq_affinity, io_timeout and wbt_lat_usec as "request-based queue attributes that
+#     are not relevant for bio-based queues" (blk_mq_queue_attrs; since 6.11 a bio-based
+#     queue does not show them, before it printed "none" and defaults); merging (nomerges),
+#     polling (io_poll, the poll hardware contexts) and mq/<N> also happen only there;
+#   - the disk's: read_ahead_kb is the backing_dev_info's ra_pages, and only the visible
+#     disk has a registered bdi that page cache reads go through (block/genhd.c registers
+#     none for GENHD_FL_HIDDEN disks); max_sectors_kb of the head is stacked from its
+#     paths' limits and splits the bios first; inflight counts the I/O accounted on the
+#     head (nvme_mpath_start_request), what node_exporter's diskstats of nvmeXnY shows.
+REQUEST_COUNTS = ("nr_requests", "rq_affinity", "nomerges", "io_poll")
+DISK_COUNTS = ("read_ahead_kb", "max_sectors_kb")
+QUEUE_COUNTS = (*REQUEST_COUNTS, *DISK_COUNTS)
 
 
 def read_wbt_lat_usec(attrs: DeviceAttrs) -> int | None:
@@ -227,19 +237,25 @@ def count_hw_queues(attrs: DeviceAttrs) -> int | None:
     return sum(1 for n in names if n.isascii() and n.isdigit())
 
 
-# The kept attributes read_block_queue reads, in one batch.
-_BATCHED = (*(f"queue/{name}" for name in QUEUE_COUNTS), "inflight", "queue/scheduler")
+# The kept attributes read_block_queue reads, in one batch, by part.
+_REQUEST_BATCH = (*(f"queue/{name}" for name in REQUEST_COUNTS), "queue/scheduler")
+_DISK_BATCH = (*(f"queue/{name}" for name in DISK_COUNTS), "inflight")
 
 
-def read_block_queue(attrs: DeviceAttrs) -> BlockQueue:
-    """Every queue setting of one namespace (``attrs`` is the disk's directory)."""
-    attrs.prefetch(_BATCHED)
-    counts = {name: attrs.get(f"queue/{name}", parse_count) for name in QUEUE_COUNTS}
-    inflight = attrs.get("inflight", parse_inflight)
+def read_block_queue(attrs: DeviceAttrs, *, request: bool = True, disk: bool = True) -> BlockQueue:
+    """The queue settings of one disk (``attrs`` is the disk's directory): the request
+    queue's (``request``: scheduler, nr_requests, rq_affinity, nomerges, io_poll,
+    wbt_lat_usec, mq/) and the disk's (``disk``: read_ahead_kb, max_sectors_kb,
+    inflight). A plain namespace has both; a multipath head only the disk's, each of
+    its paths only the request queue's (see REQUEST_COUNTS). What is not read is None."""
+    attrs.prefetch((*(_REQUEST_BATCH if request else ()), *(_DISK_BATCH if disk else ())))
+    names = (*(REQUEST_COUNTS if request else ()), *(DISK_COUNTS if disk else ()))
+    counts = {name: attrs.get(f"queue/{name}", parse_count) for name in names}
+    inflight = attrs.get("inflight", parse_inflight) if disk else None
     return BlockQueue(
-        scheduler=attrs.get("queue/scheduler", parse_scheduler),
-        wbt_lat_usec=read_wbt_lat_usec(attrs),
-        hw_queues=count_hw_queues(attrs),
+        scheduler=attrs.get("queue/scheduler", parse_scheduler) if request else None,
+        wbt_lat_usec=read_wbt_lat_usec(attrs) if request else None,
+        hw_queues=count_hw_queues(attrs) if request else None,
         inflight_reads=inflight[0] if inflight else None,
         inflight_writes=inflight[1] if inflight else None,
         **counts,

@@ -90,7 +90,9 @@ def sysctl_target(value: object) -> tuple[int, ...] | str:
 
 
 def read_sysctl(fs: HostFS, name: str, numeric: bool = False) -> SysctlValue | None:
-    """Read one sysctl; None when the running kernel does not have it.
+    """Read one sysctl; None when its file is missing: the running kernel lacks it, or
+    this view of /proc/sys does not show it (another network namespace, a masked
+    /proc/sys, a --path.procfs that is not the host's); the caller cannot tell which.
 
     With ``numeric`` (the profile compares it as integers), a value that is not decimal
     integers is a ParseError: the kernel prints integer sysctls in decimal
