@@ -412,6 +412,7 @@ SYNTHETIC = frozenset(
         "cephnode_scrape_collector_success",
         "cephnode_tuning_check_failed",
         "cephnode_tuning_check_warning",
+        "cephnode_tuning_check_unknown",  # never written: every check of the fleet judges
         "cephnode_tuning_check_hash",
         "cephnode_tuning_fact_hash",
         "cephnode_kprofile_samples_total",

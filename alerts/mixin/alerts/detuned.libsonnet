@@ -16,6 +16,7 @@ local fold = text.fold;
               (
                 max_over_time(cephnode_tuning_check_failed{check="cpu.cstates"}[90s]) == 1
                 or max_over_time(cephnode_tuning_check_warning{check="cpu.cstates"}[90s]) == 1
+                or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="cpu.cstates"}
               )
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
             ||| % $._config,
@@ -62,6 +63,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="iommu.nvme"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="iommu.nvme"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="iommu.nvme"}
                 ),
                 "controller", "$1", "subject", "(.+)"
               )
@@ -134,6 +136,7 @@ local fold = text.fold;
               (
                 max_over_time(cephnode_tuning_check_failed{check="cpu.governor"}[90s]) == 1
                 or max_over_time(cephnode_tuning_check_warning{check="cpu.governor"}[90s]) == 1
+                or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="cpu.governor"}
               )
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
             ||| % $._config,
@@ -154,6 +157,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="nvme.scheduler"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="nvme.scheduler"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="nvme.scheduler"}
                 ),
                 "device", "$1", "subject", "(.+)"
               )
@@ -176,6 +180,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="nvme.pcie_link"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="nvme.pcie_link"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="nvme.pcie_link"}
                 ),
                 "controller", "$1", "subject", "(.+)"
               )
@@ -198,6 +203,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="net.mtu"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="net.mtu"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="net.mtu"}
                 ),
                 "device", "$1", "subject", "(.+)"
               )
@@ -220,6 +226,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="net.rings"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="net.rings"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="net.rings"}
                 ),
                 "device", "$1", "subject", "(.+)"
               )
@@ -242,6 +249,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check=~"sysctl\\..+"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check=~"sysctl\\..+"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check=~"sysctl\\..+"}
                 ),
                 "sysctl", "$1", "check", "sysctl\\.(.+)"
               )
@@ -263,6 +271,7 @@ local fold = text.fold;
               (
                 max_over_time(cephnode_tuning_check_failed{check="tuned.profile"}[90s]) == 1
                 or max_over_time(cephnode_tuning_check_warning{check="tuned.profile"}[90s]) == 1
+                or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="tuned.profile"}
               )
               and on (%(clusterLabel)s, instance) instance:cephnode_osd_sockets:max1h
             ||| % $._config,
@@ -283,6 +292,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="osd.debug_levels"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="osd.debug_levels"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="osd.debug_levels"}
                 ),
                 "ceph_daemon", "$1", "subject", "(.+)"
               )
@@ -306,6 +316,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check="osd.rocksdb_build"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check="osd.rocksdb_build"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check="osd.rocksdb_build"}
                 ),
                 "ceph_daemon", "$1", "subject", "(osd\\.[0-9]+)"
               )
@@ -332,6 +343,7 @@ local fold = text.fold;
                 (
                   max_over_time(cephnode_tuning_check_failed{check!~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|nvme\\.scheduler|nvme\\.pcie_link|net\\.mtu|net\\.rings|sysctl\\..+|tuned\\.profile|osd\\.debug_levels|osd\\.rocksdb_build|kernel\\.spinlock_iommu"}[90s]) == 1
                   or max_over_time(cephnode_tuning_check_warning{check!~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|nvme\\.scheduler|nvme\\.pcie_link|net\\.mtu|net\\.rings|sysctl\\..+|tuned\\.profile|osd\\.debug_levels|osd\\.rocksdb_build|kernel\\.spinlock_iommu"}[90s]) == 1
+                  or instance_check_subject:cephnode_tuning_check_detuned:held1h{check!~"cpu\\.cstates|cpu\\.governor|iommu\\.nvme|nvme\\.scheduler|nvme\\.pcie_link|net\\.mtu|net\\.rings|sysctl\\..+|tuned\\.profile|osd\\.debug_levels|osd\\.rocksdb_build|kernel\\.spinlock_iommu"}
                 ),
                 "ceph_daemon", "$1", "subject", "(osd\\.[0-9]+)"
               )

@@ -20,6 +20,26 @@
             record: 'instance:cephnode_osd_sockets:max1h',
             expr: 'max by (%(clusterLabel)s, instance) (max_over_time(cephnode_osd_sockets[1h])) > 0' % $._config,
           },
+          // A check's failing or warning subjects of the last hour that the exporter cannot
+          // judge now (cephnode_tuning_check_unknown: the subject itself, or the whole check
+          // when its collector failed, subject ""). The detuned-node alerts read these
+          // beside the current results: a detuned host whose collector starts failing
+          // stays named instead of looking clean until CephNodeCollectorFailing fires. A
+          // subject that passes again, or that is gone (a removed device), is not held.
+          {
+            record: 'instance_check_subject:cephnode_tuning_check_detuned:held1h',
+            expr: |||
+              (
+                (max_over_time(cephnode_tuning_check_failed[1h]) == 1 or max_over_time(cephnode_tuning_check_warning[1h]) == 1)
+                and on (%(clusterLabel)s, instance, check, subject) cephnode_tuning_check_unknown
+              )
+              or
+              (
+                (max_over_time(cephnode_tuning_check_failed[1h]) == 1 or max_over_time(cephnode_tuning_check_warning[1h]) == 1)
+                and on (%(clusterLabel)s, instance, check) cephnode_tuning_check_unknown{subject=""}
+              )
+            ||| % $._config,
+          },
           // Tuning checks whose failure (or warning) explains slow OSDs, now or in the last 10
           // minutes (the latency windows drain that long after a fix): the latency alerts of a
           // host or an OSD with such a cause stay quiet, because the detuned-node alert
