@@ -15,35 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cephnode_exporter.collectors import REGISTRY
 
 from tests.conftest import MakeTree, Tree, collect, run_cli, value
 from tests.fixtures.sysfsgen import load_node
+from tests.test_net import PORTS, only_net, port
 
 PUBLIC = "10.10.0.11"
 CLUSTER = "10.20.0.11"
-PORTS = ("ens1f0np0", "ens1f1np1")
 LISTEN = ["0.0.0.0:22", f"{PUBLIC}:6800", f"{PUBLIC}:6801", f"{CLUSTER}:6802"]
-FULL = {"rx": 8192, "tx": 8192, "rx_max": 8192, "tx_max": 8192}
-
-
-def only_net() -> list[str]:
-    return [f"--no-collector.{name}" for name in sorted(REGISTRY) if name != "net"]
-
-
-def port(name: str, fn: int, **extra: Any) -> dict[str, Any]:
-    spec = {
-        "name": name,
-        "pci": f"pci0000:40/0000:40:01.1/0000:41:00.{fn}",
-        "driver": "mlx5_core",
-        "numa_node": 0,
-        "mtu": 9000,
-        "speed": 100000,
-        "operstate": "up",
-        "rings": dict(FULL),
-    }
-    spec.update(extra)
-    return spec
 
 
 def vlan(name: str, link: str, mtu: int, addresses: list[str]) -> dict[str, Any]:

@@ -26,18 +26,23 @@
           // beside the current results: a detuned host whose collector starts failing
           // stays named instead of looking clean until CephNodeCollectorFailing fires. A
           // subject that passes again, or that is gone (a removed device), is not held.
+          // Each subject's failing or warning results of the last hour, once: the held
+          // rule below joins it twice.
+          {
+            record: 'instance_check_subject:cephnode_tuning_check_detuned:max1h',
+            expr: |||
+              max_over_time(cephnode_tuning_check_failed[1h]) == 1
+              or max_over_time(cephnode_tuning_check_warning[1h]) == 1
+            |||,
+          },
           {
             record: 'instance_check_subject:cephnode_tuning_check_detuned:held1h',
             expr: |||
-              (
-                (max_over_time(cephnode_tuning_check_failed[1h]) == 1 or max_over_time(cephnode_tuning_check_warning[1h]) == 1)
-                and on (%(clusterLabel)s, instance, check, subject) cephnode_tuning_check_unknown
-              )
+              instance_check_subject:cephnode_tuning_check_detuned:max1h
+              and on (%(clusterLabel)s, instance, check, subject) cephnode_tuning_check_unknown
               or
-              (
-                (max_over_time(cephnode_tuning_check_failed[1h]) == 1 or max_over_time(cephnode_tuning_check_warning[1h]) == 1)
-                and on (%(clusterLabel)s, instance, check) cephnode_tuning_check_unknown{subject=""}
-              )
+              instance_check_subject:cephnode_tuning_check_detuned:max1h
+              and on (%(clusterLabel)s, instance, check) cephnode_tuning_check_unknown{subject=""}
             ||| % $._config,
           },
           // Tuning checks whose failure (or warning) explains slow OSDs, now or in the last 10

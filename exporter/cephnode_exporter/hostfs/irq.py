@@ -50,12 +50,12 @@ from cephnode_exporter.hostfs import (
     ReadErrors,
     fd_budget,
     list_dir,
-    open_regular,
     parse_cpulist,
     read_text,
 )
 from cephnode_exporter.hostfs.numa import read_node_cpus
 from cephnode_exporter.hostfs.pci import parse_numa_node
+from cephnode_exporter.hostfs.process import find_process
 
 # PCI function names as drivers/pci/probe.c makes them ("%04x:%02x:%02x.%d").
 _BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
@@ -69,7 +69,7 @@ _IRQ_RE = re.compile(r"0|[1-9][0-9]{0,8}")
 MAX_VECTORS = 2048
 # irqbalance's process name (comm) and the directory where irqbalance 1.8+ keeps its
 # control socket "irqbalance<pid>.sock" (irqbalance/irqbalance.h SOCKET_TMPFS).
-IRQBALANCE_COMM = b"irqbalance\n"
+IRQBALANCE_COMM = "irqbalance"
 IRQBALANCE_RUN_DIR = ("run", "irqbalance")
 _SOCK_RE = re.compile(r"irqbalance(\d{1,9})\.sock")
 
@@ -572,33 +572,13 @@ def irqbalance_running(
     process found neither way counts as not running.
     Raises OSError when /proc cannot be listed.
     """
-    candidates: list[int] = [hint] if hint is not None else []
+    candidates: list[int | None] = [hint]
     for entry in list_dir(fs.root(*IRQBALANCE_RUN_DIR)):
         m = _SOCK_RE.fullmatch(entry)
         if m is not None:
             candidates.append(int(m.group(1)))
-    for pid in candidates:
-        if _comm_is(fs, pid):
-            return True, pid
-    if not scan:
-        return False, None
-    for entry in os.listdir(fs.procfs):
-        if entry.isdigit() and int(entry) not in candidates and _comm_is(fs, int(entry)):
-            return True, int(entry)
-    return False, None
-
-
-def _comm_is(fs: HostFS, pid: int) -> bool:
-    try:
-        fd = open_regular(fs.proc(str(pid), "comm"))
-    except OSError:
-        return False  # gone, or not ours to read
-    try:
-        return os.read(fd, 32) == IRQBALANCE_COMM
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    pid = find_process(fs, IRQBALANCE_COMM, candidates, scan)
+    return pid is not None, pid
 
 
 def read_node_cpus_safe(fs: HostFS, errors: ReadErrors) -> dict[int, frozenset[int]] | None:
