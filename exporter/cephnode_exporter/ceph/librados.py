@@ -82,9 +82,9 @@ def load_rados(dirs: Sequence[str] | None = None) -> ModuleType:
     if loaded is not None:
         return loaded
     try:
-        import rados  # type: ignore[import-not-found]  # a venv that can see it
-
-        return rados
+        # importlib rather than `import rados`: the module has no stubs, and is found
+        # at run time (a venv that can see it) or not at all.
+        return importlib.import_module("rados")
     except ImportError:
         pass
     for directory in dirs:
