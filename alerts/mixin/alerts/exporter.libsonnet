@@ -100,8 +100,9 @@ local duration = text.duration;
           // --ceph.socket-dir, /run/ceph hidden from the service: cephnode_osd_sockets 0).
           // Its OSDs' latency is not watched, and an hour later it no longer counts as an
           // OSD host (instance:cephnode_osd_sockets:max1h), which silences its detuned-node
-          // alerts. Not where the host's exporter is down: CephNodeExporterDown's (the target
-          // mapped as there).
+          // alerts. Not where the host's exporter is down, nor where its osd collector fails
+          // (CephNodeExporterDown's and CephNodeCollectorFailing's; the target mapped to its
+          // host as there).
           {
             alert: 'CephNodeOSDHostUnwatched',
             expr: |||
@@ -115,6 +116,13 @@ local duration = text.duration;
                 )
                 or
                 label_replace(up{%(cephnodeSelector)s}, "hostname", "$1", "instance", "\\[?([^.:\\]]+)[^:]*\\]?(:[0-9]+)?") == 0
+                or
+                (
+                  last_over_time(instance_hostname:cephnode_osd_scrape_success:group[1h])
+                  and on (%(clusterLabel)s, instance) (max_over_time(cephnode_scrape_collector_success{%(cephnodeSelector)s, collector="osd"}[90s]) == 0)
+                )
+                or
+                label_replace(max_over_time(cephnode_scrape_collector_success{%(cephnodeSelector)s, collector="osd"}[90s]), "hostname", "$1", "instance", "\\[?([^.:\\]]+)[^:]*\\]?(:[0-9]+)?") == 0
               )
             ||| % $._config,
             'for': $._config.osdHostUnwatchedFor,
