@@ -32,11 +32,20 @@ deps:
 run: venv
 	$(VENV)/bin/cephnode-exporter $(ARGS)
 
+# The tests' temporary directories (pytest's --basetemp, cleared at the start of each run)
+# on a tmpfs when /dev/shm has 6 GiB free: the fixture node trees (17,000 small files
+# each) are built there in 0.4 s where an ext4 disk mounted with `discard` took 13 s, and
+# removed as fast when their test passes (pyproject.toml). Otherwise pytest's default,
+# under /tmp. TEST_BASETEMP=dir chooses; TEST_BASETEMP= keeps pytest's default.
+TEST_BASETEMP ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && \
+	[ "$$(df -Pk $$d 2>/dev/null | awk 'NR == 2 { print $$4 }')" -ge 6291456 ] 2>/dev/null && \
+	echo $$d/cephnode-exporter-tests-$$(id -u))
+
 test: venv deps
 	$(PY) -m ruff check exporter tests dashboards deploy alerts/mixin
 	$(PY) -m ruff format --check exporter tests dashboards deploy alerts/mixin
 	$(PY) -m mypy exporter/cephnode_exporter
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(if $(TEST_BASETEMP),--basetemp=$(TEST_BASETEMP)) $(PYTEST_ARGS)
 
 # KPROFILE_ARGS: for the sampler's bench, e.g. KPROFILE_ARGS=--quick (no full 60 s cycle).
 # ARGS=--quick: 3 short interleaved rounds, no sequential table (checks the method).
