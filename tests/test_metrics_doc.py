@@ -9,6 +9,8 @@ from cephnode_exporter.collection import Collection
 from tests.conftest import REPO, MakeTree, Tree, collect
 from tests.fixtures.sysfsgen import load_node
 from tests.test_kprofile import kprofile_collection
+from tests.test_nvme import ONLY_NVME
+from tests.test_nvme_ana import ana_node
 from tests.test_osd import osd_collection
 from tests.test_osd_releases import release_collection
 from tests.test_pgs import pgs_collection
@@ -55,6 +57,10 @@ def every_metric(make_tree: MakeTree) -> list[Collection]:
     collections = [collect(t.flags) for t in trees]
     collections.append(collect([*trees[0].flags, "--collector.cpuidle.per-cpu"]))
     collections.append(collect([*trees[1].flags, "--collector.nvme.temperature"]))
+    # intel_pstate's mode and global cap (the reference nodes are AMD): the Xeon node.
+    collections.append(collect(make_tree("xeon8480-tuned").flags))
+    # Native multipath with ANA (the reference nodes have neither): path states, policies.
+    collections.append(collect([*make_tree(ana_node()).flags, *ONLY_NVME]))
     # kprofile is off by default and reports only after a sampling window: a fake perf
     # replays the constructed reference profile (tests/test_kprofile.py).
     collections.append(kprofile_collection(trees[0], trees[0].root))

@@ -612,7 +612,7 @@ def bonded() -> list[dict[str, Any]]:
         port("ens1f0np0", 0, master="bond0"),
         port("ens1f1np1", 1, master="bond0", rings=dict(STOCK)),
         {"name": "bond0", "virtual": True, "kind": "bond", "mtu": 9000, "speed": 200000},
-        {"name": "bond0.100", "virtual": True, "kind": "vlan", "mtu": 1500},
+        {"name": "bond0.100", "virtual": True, "kind": "vlan", "link": "bond0", "mtu": 1500},
         {"name": "lo", "virtual": True, "kind": "loopback", "mtu": 65536, "operstate": "unknown"},
     ]
 
@@ -656,11 +656,22 @@ def test_profile_names_a_bond_and_its_vlan(make_tree: MakeTree, tmp_path: Path) 
 
 def test_a_slave_mtu_hint_points_at_the_bond(make_tree: MakeTree) -> None:
     interfaces = bonded()
-    interfaces[1]["mtu"] = 1500
+    interfaces[0]["mtu"] = interfaces[1]["mtu"] = interfaces[2]["mtu"] = 1500
     tree = make_tree(small(interfaces=interfaces))
     _, results = check_results(tree, *only_net())
     hint = results[("net.mtu", "ens1f1np1")]["hint"]
     assert hint.startswith("ip link set dev bond0 mtu 9000 (set on bond0: a bond passes")
+
+
+def test_a_slave_below_a_bond_that_is_right_is_raised_itself(make_tree: MakeTree) -> None:
+    """Setting the bond's MTU to what it already is changes nothing (net/core/dev.c
+    dev_set_mtu_ext returns at once): the slave left at 1500 is raised on its own."""
+    interfaces = bonded()
+    interfaces[1]["mtu"] = 1500
+    tree = make_tree(small(interfaces=interfaces))
+    _, results = check_results(tree, *only_net())
+    hint = results[("net.mtu", "ens1f1np1")]["hint"]
+    assert hint.startswith("ip link set dev ens1f1np1 mtu 9000; to persist it:")
 
 
 def test_link_down_ports_are_not_judged_unless_named(make_tree: MakeTree, tmp_path: Path) -> None:
@@ -1083,7 +1094,11 @@ def test_a_ceph_address_on_a_vlan_of_a_bond_judges_the_slaves(make_tree: MakeTre
     _, results = net_results(tree)
     carried = f"Ceph {PUBLIC} on bond0.100, {CLUSTER} on bond0"
     assert results[("net.mtu", "ens1f0np0")] == ("pass", f"MTU 9000 (link up, 100 Gb/s; {carried})")
-    assert results[("net.mtu", "ens1f1np1")] == ("warn", f"MTU 1500 (link up, 100 Gb/s; {carried})")
+    # the slave at 1500 is the one finding, and names what it caps
+    assert results[("net.mtu", "ens1f1np1")] == (
+        "warn",
+        f"MTU 1500 (link up, 100 Gb/s; {carried}; limits bond0, bond0.100 above it)",
+    )
     assert results[("net.rings", "ens1f1np1")][0] == "warn"
     mgmt = results[("net.mtu", "eno1")]
     assert mgmt == (
@@ -1092,16 +1107,19 @@ def test_a_ceph_address_on_a_vlan_of_a_bond_judges_the_slaves(make_tree: MakeTre
         f"(Ceph: {PUBLIC} on bond0.100, {CLUSTER} on bond0): not judged",
     )
     # the bond and its VLAN hold Ceph's addresses: judged on their paths down to the
-    # ports, where the slave at 1500 caps their packets (tests/test_net_path.py)
+    # ports, where the slave at 1500 caps their packets, a fault its own row already
+    # names: skip, saying so (tests/test_net_path.py)
     assert {k[1] for k in results if k[0] == "net.mtu"} == {"eno1", *PORTS, "bond0", "bond0.100"}
     over = "over ens1f0np0 9000, ens1f1np1 1500"
+    whose = "the fault of ens1f1np1, reported on its row"
     assert results[("net.mtu", "bond0")] == (
-        "warn",
-        f"MTU 1500 at ens1f1np1 (link up; bond0 9000 {over}; Ceph {CLUSTER})",
+        "skip",
+        f"MTU 1500 at ens1f1np1 (link up; bond0 9000 {over}; Ceph {CLUSTER}): {whose}",
     )
     assert results[("net.mtu", "bond0.100")] == (
-        "warn",
-        f"MTU 1500 at ens1f1np1 (link up; bond0.100 9000 over bond0 9000 {over}; Ceph {PUBLIC})",
+        "skip",
+        f"MTU 1500 at ens1f1np1 (link up; bond0.100 9000 over bond0 9000 {over}; "
+        f"Ceph {PUBLIC}): {whose}",
     )
 
 
@@ -1125,8 +1143,10 @@ def test_an_ipv6_ceph_address_and_a_vlan_on_a_port(make_tree: MakeTree) -> None:
     assert results[("net.mtu", "ens1f0np0")][0] == "pass"
     assert results[("net.mtu", "ens1f1np1")] == (
         "warn",
-        "MTU 1500 (link up, 100 Gb/s; Ceph fd00:20::12 on ens1f1np1.20)",
+        "MTU 1500 (link up, 100 Gb/s; Ceph fd00:20::12 on ens1f1np1.20; "
+        "limits ens1f1np1.20 above it)",
     )
+    assert results[("net.mtu", "ens1f1np1.20")][0] == "skip"
     assert results[("net.mtu", "eno1")][0] == "skip"
 
 

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cephnode_exporter.hostfs import ParseError
+from cephnode_exporter.hostfs.net import parse_devtype
 
-from tests.conftest import MakeTree, Tree, collect, run_cli, value
+from tests.conftest import MakeTree, Tree, collect, run_cli, samples, value
 from tests.fixtures.sysfsgen import load_node
 from tests.test_net import PORTS, only_net, port
 
@@ -128,12 +130,20 @@ def test_the_lower_mtu_wins(make_tree: MakeTree) -> None:
     tree = make_tree(node(interfaces))
     _, rows = results(tree)
     vl = rows[("net.mtu", "ens1f1np1.20")]
-    assert (vl["status"], vl["observed"]) == (
-        "warn",
-        f"MTU 1500 at ens1f1np1 (link up; ens1f1np1.20 9000 over ens1f1np1 1500; Ceph {CLUSTER})",
+    # the port's own MTU is the fault, on the port's row: the VLAN's says so, not passing
+    assert (vl["status"], vl["observed"], vl["hint"]) == (
+        "skip",
+        f"MTU 1500 at ens1f1np1 (link up; ens1f1np1.20 9000 over ens1f1np1 1500; Ceph {CLUSTER})"
+        ": the fault of ens1f1np1, reported on its row",
+        "",
     )
-    assert vl["hint"].startswith("ip link set dev ens1f1np1 mtu 9000;")
-    assert rows[("net.mtu", "ens1f1np1")]["status"] == "warn"  # as before
+    port_row = rows[("net.mtu", "ens1f1np1")]
+    assert (port_row["status"], port_row["observed"]) == (
+        "warn",
+        f"MTU 1500 (link up, 100 Gb/s; Ceph {CLUSTER} on ens1f1np1.20; "
+        "limits ens1f1np1.20 above it)",
+    )
+    assert port_row["hint"].startswith("ip link set dev ens1f1np1 mtu 9000;")
     # the Ceph address on the port itself: judged on the port, no other subject
     assert rows[("net.mtu", "ens1f0np0")]["observed"] == (
         f"MTU 9000 (link up, 100 Gb/s; Ceph {PUBLIC})"
@@ -252,3 +262,186 @@ def test_a_named_vlan_is_judged_on_its_path(make_tree: MakeTree, tmp_path: Path)
             "ens1f0np0 1500, ens1f1np1 1500)",
         )
     }
+
+
+# --- one fault, one row -------------------------------------------------------------------
+
+
+def detuned_rows(tree: Tree, *extra: str) -> set[str]:
+    """The subjects of net.mtu's warning or failing series."""
+    result = collect([*tree.flags, *only_net(), *extra])
+    return {
+        dict(labels)["subject"]
+        for name, labels in samples(result)
+        if name in ("cephnode_tuning_check_warning", "cephnode_tuning_check_failed")
+        and ("check", "net.mtu") in labels
+    }
+
+
+def test_one_port_at_1500_under_vlans_at_9000_is_one_finding(make_tree: MakeTree) -> None:
+    """The port left at 1500 is the finding; the VLANs above it, right themselves, say
+    that their path is capped and where, and are no second and third alert."""
+    desc = bond_vlans(vlan_mtu=9000)
+    desc["net"]["interfaces"][0]["mtu"] = 1500
+    tree = make_tree(desc)
+    _, rows = results(tree)
+    bad = rows[("net.mtu", "ens1f0np0")]
+    assert (bad["status"], bad["observed"]) == (
+        "warn",
+        f"MTU 1500 (link up, 100 Gb/s; Ceph {PUBLIC} on bond0.100, {CLUSTER} on bond0.200; "
+        "limits bond0.100, bond0.200 above it)",
+    )
+    # bond0 is at 9000 already: setting it again would change nothing (dev_set_mtu_ext)
+    assert bad["hint"].startswith("ip link set dev ens1f0np0 mtu 9000; to persist it:")
+    assert rows[("net.mtu", "ens1f1np1")]["status"] == "pass"
+    path = "over bond0 9000 over ens1f0np0 1500, ens1f1np1 9000"
+    for vlan_name, address in (("bond0.100", PUBLIC), ("bond0.200", CLUSTER)):
+        row = rows[("net.mtu", vlan_name)]
+        assert (row["status"], row["observed"], row["hint"]) == (
+            "skip",  # never a pass: the text says the path is capped, and by whom
+            f"MTU 1500 at ens1f0np0 (link up; {vlan_name} 9000 {path}; Ceph {address}): "
+            "the fault of ens1f0np0, reported on its row",
+            "",
+        )
+    # one series, named by the interface whose MTU is wrong
+    assert detuned_rows(tree) == {"ens1f0np0"}
+
+
+def test_a_vlan_too_small_itself_keeps_its_row(make_tree: MakeTree) -> None:
+    """Two settings to raise, two findings: the VLAN's own MTU and the ports'."""
+    tree = make_tree(bond_vlans(vlan_mtu=1500, port_mtu=1500))
+    rows = mtu_rows(tree)
+    assert rows["bond0.100"] == (
+        "warn",
+        "MTU 1500 at bond0.100, ens1f0np0, ens1f1np1 (link up; bond0.100 1500 over bond0 "
+        f"9000 over ens1f0np0 1500, ens1f1np1 1500; Ceph {PUBLIC})",
+    )
+    assert rows["ens1f0np0"][0] == "warn"
+    assert "limits" not in rows["ens1f0np0"][1]
+    assert detuned_rows(tree) == {"bond0.100", "bond0.200", *PORTS}
+
+
+def test_a_cap_without_a_row_of_its_own_stays_on_the_vlan(make_tree: MakeTree) -> None:
+    """The bond at 1500 holds no address and has no row: only the VLAN's row names it."""
+    tree = make_tree(bond_vlans(vlan_mtu=9000, bond_mtu=1500, port_mtu=1500))
+    rows = mtu_rows(tree)
+    assert rows["bond0.100"] == (
+        "warn",
+        "MTU 1500 at bond0, ens1f0np0, ens1f1np1 (link up; bond0.100 9000 over bond0 1500 "
+        f"over ens1f0np0 1500, ens1f1np1 1500; Ceph {PUBLIC})",
+    )
+    assert "limits" not in rows["ens1f0np0"][1]
+
+
+def test_a_bond_holding_an_address_is_a_row_the_vlans_fold_into(make_tree: MakeTree) -> None:
+    desc = bond_vlans(vlan_mtu=9000, bond_mtu=1500, port_mtu=1500)
+    desc["net"]["interfaces"][2]["addresses"] = ["10.30.0.11/24"]
+    desc["net"]["listen"] = [*LISTEN, "10.30.0.11:6803"]
+    tree = make_tree(desc)
+    rows = mtu_rows(tree)
+    assert rows["bond0"][0] == "warn"
+    assert rows["bond0"][1].endswith("limits bond0.100, bond0.200 above it)")
+    assert rows["bond0.100"] == (
+        "skip",
+        "MTU 1500 at bond0, ens1f0np0, ens1f1np1 (link up; bond0.100 9000 over bond0 1500 "
+        f"over ens1f0np0 1500, ens1f1np1 1500; Ceph {PUBLIC}): the fault of bond0, "
+        "ens1f0np0 and ens1f1np1, reported on their rows",
+    )
+    assert detuned_rows(tree) == {"bond0", *PORTS}
+
+
+def test_named_vlan_and_ports_name_the_fault_once(make_tree: MakeTree, tmp_path: Path) -> None:
+    tree = make_tree(bond_vlans(vlan_mtu=9000, port_mtu=1500))
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  net.mtu: {interfaces: 'bond0\\.100|ens1f.*'}\n")
+    rows = mtu_rows(tree, "--profile", str(profile))
+    assert rows["bond0.100"][0] == "skip"
+    assert rows["bond0.100"][1].endswith(
+        "the fault of ens1f0np0 and ens1f1np1, reported on their rows"
+    )
+    for p in PORTS:
+        assert rows[p] == ("warn", "MTU 1500 (link up, 100 Gb/s; limits bond0.100 above it)")
+
+
+# --- a VLAN whose device cannot be found ------------------------------------------------
+
+
+def test_a_vlan_without_any_lower_link_is_unknown(make_tree: MakeTree) -> None:
+    """Its device in another network namespace (or both links gone): the path below is
+    unknown, so its own 9000 is no pass, and which ports carry it is unknown too."""
+    interfaces = [
+        port("ens1f0np0", 0, mtu=1500),
+        port("ens1f1np1", 1, addresses=[f"{CLUSTER}/24"]),
+        {"name": "vl100", "virtual": True, "kind": "vlan", "mtu": 9000,
+         "addresses": [f"{PUBLIC}/24"]},
+    ]  # fmt: skip
+    tree = make_tree(node(interfaces))
+    assert (tree.sys / "class/net/vl100/uevent").read_text().startswith("DEVTYPE=vlan\n")
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 0
+    rows = mtu_rows(tree)
+    status, observed = rows["vl100"]
+    assert status == "unknown"
+    assert observed == (
+        "MTU 9000 (link up; the devices below unknown: vl100 is a VLAN without a lower_ "
+        f"link: its device is in another network namespace or the link is missing; Ceph {PUBLIC})"
+    )
+    for p in PORTS:
+        assert rows[p][0] == "unknown" and "Ceph ports unknown (vl100 is a VLAN" in rows[p][1]
+
+
+def test_both_links_of_a_vlan_gone_is_unknown(make_tree: MakeTree) -> None:
+    tree = make_tree(bond_vlans(vlan_mtu=9000))
+    (tree.sys / "class/net/bond0.100/lower_bond0").unlink()
+    (tree.sys / "class/net/bond0/upper_bond0.100").unlink()
+    rows = mtu_rows(tree)
+    assert rows["bond0.100"][0] == "unknown"
+    assert "bond0.100 is a VLAN without a lower_ link" in rows["bond0.100"][1]
+    assert rows["bond0.200"][0] == "pass"
+
+
+@pytest.mark.parametrize("fault", ["eio", "empty", "garbage"])
+def test_an_unreadable_uevent_below_nothing_is_unknown(make_tree: MakeTree, fault: str) -> None:
+    interfaces = [
+        port("ens1f0np0", 0),
+        port("ens1f1np1", 1, addresses=[f"{CLUSTER}/24"]),
+        {"name": "vl100", "virtual": True, "kind": "vlan", "mtu": 9000,
+         "addresses": [f"{PUBLIC}/24"]},
+    ]  # fmt: skip
+    tree = make_tree(node(interfaces), faults={"sys/devices/virtual/net/vl100/uevent": fault})
+    result = collect([*tree.flags, *only_net()])
+    assert value(result, "cephnode_scrape_collector_success", collector="net") == 1
+    assert value(result, "cephnode_scrape_collector_read_errors", collector="net") == 1
+    status, observed = mtu_rows(tree)["vl100"]
+    assert status == "unknown"
+    assert "uevent of vl100 unreadable: whether a device lies below is unknown" in observed
+
+
+def test_a_bond_without_slaves_is_judged_on_its_own(make_tree: MakeTree) -> None:
+    """No DEVTYPE=vlan: nothing is expected below (a bond whose slaves are all gone)."""
+    interfaces = [
+        port("ens1f0np0", 0, addresses=[f"{CLUSTER}/24"]),
+        port("ens1f1np1", 1),
+        {"name": "bond1", "virtual": True, "kind": "bond", "mtu": 9000,
+         "addresses": [f"{PUBLIC}/24"]},
+    ]  # fmt: skip
+    rows = mtu_rows(make_tree(node(interfaces)))
+    assert rows["bond1"][0] == "pass"
+    assert rows["bond1"][1].startswith("MTU 9000 (link up; bond1 9000, nothing below;")
+
+
+@pytest.mark.parametrize(
+    ("text", "devtype"),
+    [
+        ("DEVTYPE=vlan\nINTERFACE=bond0.100\nIFINDEX=5\n", "vlan"),
+        ("INTERFACE=bond0\nIFINDEX=4\n", ""),
+    ],
+)
+def test_parse_devtype(text: str, devtype: str) -> None:
+    assert parse_devtype(text) == devtype
+
+
+@pytest.mark.parametrize("text", ["", "?garbage@value!", "DEVTYPE=\n", "DEVTYPE=VLAN X\n"])
+def test_parse_devtype_rejects_garbage(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_devtype(text)

@@ -29,6 +29,7 @@ from cephnode_exporter.collectors import REGISTRY, CollectorContext
 from cephnode_exporter.collectors.base import DEFAULT_COLLECTOR_TIMEOUT, bounded
 from cephnode_exporter.exposition import encode
 from cephnode_exporter.hostfs import HostFS, batch, raise_nofile_limit, read_text
+from cephnode_exporter.hostfs.mounts import MOUNTINFO, MountTable
 from cephnode_exporter.process_metrics import ProcessMetrics
 from cephnode_exporter.profile import ProfileError, load_profile
 from cephnode_exporter.report import render_json, render_text
@@ -82,6 +83,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default="/",
         metavar="PATH",
         help="root filesystem, for /etc and /dev (default: %(default)s)",
+    )
+    paths.add_argument(
+        "--path.mountinfo",
+        dest="path_mountinfo",
+        default=MOUNTINFO,
+        metavar="PATH",
+        help="the exporter's own mount table, which tells a directory of --path.sysfs "
+        "or --path.procfs hidden by a mount (a container's mask) from hardware the node "
+        "lacks (default: %(default)s)",
     )
     collectors = parser.add_argument_group("collectors")
     collectors.add_argument(
@@ -235,7 +245,12 @@ def build_scraper(args: argparse.Namespace) -> Scraper:
     raise_nofile_limit()  # collectors keep sysfs attribute files open between scrapes
     specs = load_all()
     profile = load_profile(args.profile, specs)
-    fs = HostFS(procfs=args.path_procfs, sysfs=args.path_sysfs, rootfs=args.path_rootfs)
+    fs = HostFS(
+        procfs=args.path_procfs,
+        sysfs=args.path_sysfs,
+        rootfs=args.path_rootfs,
+        mounts=MountTable(args.path_mountinfo),
+    )
     ctx = CollectorContext(
         fs=fs, options=args, collector_timeout=args.collector_timeout, reads=profile.reads()
     )

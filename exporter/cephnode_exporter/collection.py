@@ -29,6 +29,7 @@ TUNING_FACTS = (
     "cpu_idle_driver_info",
     "cpu_idle_kernel_params_info",
     "cpu_amd_pstate_info",
+    "cpu_intel_pstate_info",
     "kernel_cmdline_info",
     "iommu_kernel_params_info",
     "iommu_group_info",

@@ -143,10 +143,11 @@ local fold = text.fold;
             'for': $._config.detunedCheckFor,
             labels: { severity: 'warning' },
             annotations: {
-              summary: 'CPUs of a Ceph OSD host run a power-saving frequency governor.',
+              summary: 'CPUs of a Ceph OSD host cannot run at their full clock.',
               description: fold(|||
-                {{ $labels.instance }} has CPUs whose scaling governor is not in the profile's list
-                (check {{ $labels.check }}); they clock down while OSD threads wait for I/O.
+                {{ $labels.instance }} has CPUs on a scaling governor outside the profile's list,
+                capped below their maximum frequency, or with boost off (check {{ $labels.check }});
+                they run slower than they can while OSD threads wait for I/O.
               |||),
             },
           },

@@ -7,7 +7,10 @@ deviation is a failure or a warning, and whether the check runs at all.
 A check fails closed: when the facts it needs were unreadable or make no sense, its
 finding is :meth:`Finding.cannot_judge` (status ``unknown`` with the reason), never a
 pass and never a ``skip``, which is kept for what does not apply to the node (no NVMe,
-no OSD, a link that is down). A detuned node must never look clean.
+no OSD, a link that is down), or to the subject on its own: a fault that another
+subject's deviating row already names, said in the text (``net.mtu``: a VLAN capped only
+by a port at 1500 names the port, whose row is the one finding). A detuned node must
+never look clean.
 """
 
 from __future__ import annotations

@@ -110,6 +110,8 @@ def nvme_dma(facts: IommuFacts, params: dict[str, Any]) -> list[Finding]:
     IOMMU whose mode sysfs does not show (no type file before Linux 5.2, no iommu_group
     link), the kernel command line decides when it is unambiguous, else unknown."""
     if not facts.controllers:
+        if facts.controllers_hidden is not None:
+            return [Finding.cannot_judge("", facts.controllers_hidden, EXPECTED)]
         active = {None: "unknown", True: "active", False: "not active"}[facts.active]
         observed = f"no NVMe controllers on this node (IOMMU {active})"
         return [Finding("", None, observed, EXPECTED)]

@@ -12,8 +12,15 @@ from cephnode_exporter.hostfs.irq import (
     format_cpulist,
     remote_irqs,
 )
+from cephnode_exporter.hostfs.irqline import LegacyLine, names_device
 
 EXPECTED = "interrupts served on the device's NUMA node, by more than one CPU"
+LEGACY_HINT = (
+    "give the device MSI-X back: look for pci=nomsi on the kernel command line, MSI "
+    "turned off in the BIOS or by the hypervisor, or a driver that fell back "
+    "(dmesg | grep -i -e msi -e intx); lspci -vv -s {bdf} shows 'MSI-X: Enable+' once "
+    "the driver uses it, and a reload of the driver (or a reboot) requests the vectors"
+)
 
 
 def _hint(dev: DeviceIRQs, facts: IRQFacts) -> str:
@@ -34,11 +41,30 @@ def _hint(dev: DeviceIRQs, facts: IRQFacts) -> str:
     )
 
 
+def _legacy(dev: DeviceIRQs, line: LegacyLine) -> str:
+    """The finding of a device on its INTx line: one interrupt for every queue."""
+    chip = line.chip or "controller unknown"
+    others = [
+        h for h in line.handlers if not names_device(h, dev.device, dev.kind, dev.pci, line.driver)
+    ]
+    shared = f", shared with {', '.join(others[:3])}" if others else ""
+    served = effective_cpus(dev)
+    on = f", served by cpu{format_cpulist(served)}" if served else ""
+    return (
+        f"legacy INTx: no MSI/MSI-X vectors (msi_irqs {line.listing}), all its queues on "
+        f"IRQ {line.line} ({chip}{shared}){on}"
+    )
+
+
 def _judge(dev: DeviceIRQs, facts: IRQFacts) -> Finding:
     subject = dev.device
     total = len(dev.irqs)
     cpus = effective_cpus(dev)
     deviations = []
+    hints = []
+    if dev.no_msi is not None and dev.no_msi.legacy:
+        deviations.append(_legacy(dev, dev.no_msi))
+        hints.append(LEGACY_HINT.format(bdf=dev.pci))
     off = remote_irqs(dev, facts.node_cpus)
     if off:
         served = sorted(
@@ -53,16 +79,27 @@ def _judge(dev: DeviceIRQs, facts: IRQFacts) -> Finding:
     one_cpu = total > 1 and len(cpus) == 1
     if one_cpu:
         deviations.append(f"all {total} interrupts on cpu{min(cpus)}")
+    if len(deviations) > len(hints):
+        hints.append(_hint(dev, facts))
     balance = {True: "running", False: "not running", None: "unknown"}[facts.irqbalance]
     context = f"irqbalance {balance}"
     if deviations:
         observed = "; ".join(deviations) + f" ({context})"
-        return Finding(subject, True, observed, EXPECTED, _hint(dev, facts))
+        return Finding(subject, True, observed, EXPECTED, "; ".join(hints))
+    if dev.no_msi is not None and -1 in dev.unread:
+        # No vector listed, and the legacy line does not say why (irqline.py).
+        return Finding.cannot_judge(subject, dev.unread[-1], EXPECTED)
     if dev.unread:
         number, reason = min(dev.unread.items())
         what = "the interrupt list" if number < 0 else f"{len(dev.unread)} interrupts"
         return Finding.cannot_judge(subject, f"affinity of {what} unreadable: {reason}", EXPECTED)
     if total == 0:
+        if dev.no_msi is not None and dev.no_msi.state is not None:
+            why = (
+                f"no interrupts requested: no MSI vectors (msi_irqs {dev.no_msi.listing}) "
+                f"and {dev.device} is {dev.no_msi.state}"
+            )
+            return Finding(subject, None, why, EXPECTED)
         return Finding(subject, None, "no interrupts requested (device unused or down)", EXPECTED)
     if not cpus:
         # Only kernel-managed vectors may list no CPU (all theirs offline): none of
@@ -92,9 +129,20 @@ def affinity(facts: IRQFacts, params: dict[str, Any]) -> list[Finding]:
     kernel does not manage are served only by CPUs of another NUMA node than the
     device's, or when all of a device's interrupts are served by one CPU; unknown when
     an affinity file (or the device's NUMA node, on a multi-node host) was unreadable
-    and nothing deviates. Kernel-managed interrupts (NVMe I/O queues) are spread over
-    every node by the kernel so that each CPU completes its own I/O: they count for the
-    one-CPU test only."""
+    and nothing deviates, and for the node when a device class directory is hidden
+    from the exporter (a mask over class/nvme). Kernel-managed interrupts (NVMe I/O
+    queues) are spread over every node by the kernel so that each CPU completes its own
+    I/O: they count for the one-CPU test only. A device on its legacy INTx line (no
+    MSI/MSI-X: one interrupt for every queue) fails; one whose msi_irqs lists nothing is
+    skipped while it is down and unknown otherwise (hostfs/irqline.py)."""
+    # A device class hidden from the exporter (a mask over class/nvme) is unknown, even
+    # beside devices of the other class that are judged: its interrupts were not seen.
+    hidden = []
+    if facts.hidden:
+        why = "interrupts not judged: " + "; ".join(facts.hidden)
+        hidden.append(Finding.cannot_judge("", why, EXPECTED))
     if not facts.devices:
-        return [Finding("", None, "no NVMe controllers or network ports on PCI", EXPECTED)]
-    return [_judge(dev, facts) for dev in facts.devices]
+        return hidden or [
+            Finding("", None, "no NVMe controllers or network ports on PCI", EXPECTED)
+        ]
+    return [*hidden, *(_judge(dev, facts) for dev in facts.devices)]

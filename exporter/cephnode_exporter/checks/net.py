@@ -16,10 +16,15 @@ no traffic and is ``skip``; a port whose MTU or rings were unreadable is ``unkno
 bridge): Ceph's packets there are capped by the smallest MTU on the path from it down to
 the ports (VLAN -> bond -> ports; a VLAN at 1500 over a bond and ports at 9000 sends
 1500-byte packets), so that interface is the subject and its path the observed text; the
-ports keep their own findings, and rings stay on the ports (a VLAN has none). A lower
-link that cannot be followed (garbled, or missing while the device below has its
-``upper_`` twin, or leading to an interface not read) makes that subject ``unknown`` and,
-since which ports carry Ceph is then unknown too, every port of the default selection.
+ports keep their own findings, and rings stay on the ports (a VLAN has none). Each
+too-small MTU is one finding, on the interface that has it: a VLAN at 9000 capped only by
+ports or bonds that deviate on rows of their own is ``skip`` with the path and the row
+that has the fault in its text (never a pass), and that row names it ("limits bond0.100
+above it"), so one port at 1500 under N VLANs is one alert, not N + 1. A lower link that
+cannot be followed (garbled; missing while the device below has its ``upper_`` twin, or
+missing from a VLAN, which always sits on a device; or leading to an interface not read)
+makes that subject ``unknown`` and, since which ports carry Ceph is then unknown too,
+every port of the default selection.
 
 With a regular expression, the interfaces whose whole name matches, physical or virtual
 (``bond0``, ``bond0.100``), whatever their link state or addresses: the profile named
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cephnode_exporter.checks.base import Finding, check
@@ -129,6 +134,20 @@ def _walk(facts: NetFacts, name: str) -> _Path:
                 if lower not in iface.lower and not iface.lower_error:
                     problems.append(
                         f"lower_{lower} of {current} missing ({lower} has upper_{current})"
+                    )
+            if not iface.lower and not iface.lower_error and not twins.get(current):
+                # Nothing links below, and nothing says why. A VLAN always has a device
+                # (net/8021q/vlan.c register_vlan_dev links it as the VLAN's lower
+                # device): without the link it sits on a device in another network
+                # namespace or the link is gone, and its own MTU is not its path's.
+                if iface.devtype == "vlan":
+                    problems.append(
+                        f"{current} is a VLAN without a lower_ link: its device is in "
+                        "another network namespace or the link is missing"
+                    )
+                elif iface.devtype is None:
+                    problems.append(
+                        f"uevent of {current} unreadable: whether a device lies below is unknown"
                     )
             for lower in iface.lower:
                 if lower in seen:
@@ -254,31 +273,53 @@ def _persist_mtu(want: int) -> str:
     )
 
 
-def _mtu_hint(iface: Interface, want: int) -> str:
-    target = iface.master or iface.name
-    hint = f"ip link set dev {target} mtu {want}"
-    if iface.master:
-        hint += f" (set on {iface.master}: a bond passes its MTU to every slave)"
+def _via_master(facts: NetFacts, iface: Interface, want: int) -> bool:
+    """Whether to raise ``iface``'s MTU on its bond (or bridge): a bond passes its MTU to
+    every slave (drivers/net/bonding/bond_main.c bond_change_mtu), but setting the MTU a
+    device already has changes nothing (net/core/dev.c dev_set_mtu_ext returns at once),
+    so a slave left below a bond that is right is raised on its own."""
+    if not iface.master:
+        return False
+    master = facts.interfaces.get(iface.master)
+    return master is None or master.mtu is None or master.mtu < want
+
+
+def _mtu_hint(facts: NetFacts, iface: Interface, want: int) -> str:
+    if not _via_master(facts, iface, want):
+        return f"ip link set dev {iface.name} mtu {want}; " + _persist_mtu(want)
+    hint = f"ip link set dev {iface.master} mtu {want}"
+    hint += f" (set on {iface.master}: a bond passes its MTU to every slave)"
     return hint + "; " + _persist_mtu(want)
 
 
-def _path_hint(hops: list[Interface], want: int) -> str:
+def _path_hint(facts: NetFacts, hops: list[Interface], want: int) -> str:
     """Raise every interface of the path below ``want``, the lowest first: the kernel
     refuses a VLAN an MTU above its device's (net/8021q/vlan_dev.c vlan_dev_change_mtu,
-    ERANGE), and a bond slave takes its bond's MTU, so the bond is set instead."""
+    ERANGE), and a bond slave takes its bond's MTU, so the bond is set instead (unless
+    the bond is right already: :func:`_via_master`)."""
     names = {h.name for h in hops}
     targets: dict[str, None] = {}
     for hop in reversed(hops):
         if hop.mtu is not None and hop.mtu < want:
-            targets[hop.master if hop.master in names else hop.name] = None
+            master = hop.master in names and _via_master(facts, hop, want)
+            targets[hop.master if master and hop.master else hop.name] = None
     commands = ", then ".join(f"ip link set dev {t} mtu {want}" for t in targets)
     order = "; lower devices first (a VLAN's MTU cannot exceed its device's)"
     return commands + (order if len(targets) > 1 else "") + "; " + _persist_mtu(want)
 
 
+@dataclass(frozen=True)
+class _PathFinding:
+    """The finding of an interface judged on its path, and the interfaces on the path
+    whose own MTU is below the profile's (the interface itself included): those to raise."""
+
+    finding: Finding
+    low: tuple[str, ...] = ()
+
+
 def _judge_path(
     facts: NetFacts, iface: Interface, want: int, expected: str, note: str, *, named: bool
-) -> Finding:
+) -> _PathFinding:
     """``net.mtu`` of a virtual interface (a VLAN, bond or bridge holding a Ceph address,
     or named by the profile): the smallest MTU on its path down to the ports caps its
     packets, whichever interface sets it. Interfaces below whose link is down carry
@@ -287,12 +328,12 @@ def _judge_path(
     own = "unreadable" if iface.mtu is None else str(iface.mtu)
     link = _link(iface)
     if iface.link_down and not named:
-        return Finding(iface.name, None, f"MTU {own}, {link}: not judged", expected)
+        return _PathFinding(Finding(iface.name, None, f"MTU {own}, {link}: not judged", expected))
     tail = f"; {note}" if note else ""
     path = _walk(facts, iface.name)
     if path.broken:
         observed = f"MTU {own} ({link}; the devices below unknown: {path.broken}{tail})"
-        return Finding.cannot_judge(iface.name, observed, expected)
+        return _PathFinding(Finding.cannot_judge(iface.name, observed, expected))
     hops = [facts.interfaces[n] for level in path.levels for n in level]
     counted = [h for h in hops if h is iface or not h.link_down]
 
@@ -308,7 +349,7 @@ def _judge_path(
     unreadable = [h.name for h in counted if h.mtu is None]
     if unreadable:
         observed = f"MTU of {', '.join(unreadable)} unreadable ({link}; {chain}{tail})"
-        return Finding.cannot_judge(iface.name, observed, expected)
+        return _PathFinding(Finding.cannot_judge(iface.name, observed, expected))
     smallest = min(h.mtu for h in counted if h.mtu is not None)
     at = [h.name for h in counted if h.mtu == smallest]
     # Which interfaces set it, unless it is the interface's own (every one that needs
@@ -317,8 +358,48 @@ def _judge_path(
     where = "" if own_sets_it else f" at {', '.join(at)}"
     observed = f"MTU {smallest}{where} ({link}; {chain}{tail})"
     if smallest < want:
-        return Finding(iface.name, True, observed, expected, _path_hint(counted, want))
-    return Finding(iface.name, False, observed, expected)
+        low = tuple(h.name for h in counted if h.mtu is not None and h.mtu < want)
+        hint = _path_hint(facts, counted, want)
+        return _PathFinding(Finding(iface.name, True, observed, expected, hint), low)
+    return _PathFinding(Finding(iface.name, False, observed, expected))
+
+
+def _one_row_per_fault(findings: list[Finding], paths: dict[int, _PathFinding]) -> list[Finding]:
+    """Name each too-small MTU once, on the interface that has it.
+
+    A port at 1500 under VLANs at 9000 deviates on its own row, and every VLAN above it
+    would deviate again on its path: N alerts for one setting. An interface judged on its
+    path whose own MTU is right and whose every too-small interface below deviates on a
+    row of its own is therefore ``skip``, its text naming the path and whose row has the
+    fault (never a pass: the path is capped), and each of those rows names it in turn
+    ("limits bond0.100 above it"). An interface too small itself keeps its row (a second
+    setting to raise), as does one capped by an interface without a row of its own (a
+    bond holding no address, a port the profile did not name): nothing else names that.
+    """
+    at_fault = {f.subject for f in findings if f.deviates}
+    limits: dict[str, list[str]] = defaultdict(list)
+    out = list(findings)
+    for index, judged in paths.items():
+        f = judged.finding
+        low = set(judged.low)
+        if not f.deviates or not low or f.subject in low or not low <= at_fault:
+            continue
+        rows = sorted(judged.low, key=natural_key)
+        if len(rows) == 1:
+            whose = f"{rows[0]}, reported on its row"
+        else:
+            whose = f"{', '.join(rows[:-1])} and {rows[-1]}, reported on their rows"
+        out[index] = Finding(f.subject, None, f"{f.observed}: the fault of {whose}", f.expected)
+        for row in rows:
+            limits[row].append(f.subject)
+    for index, f in enumerate(out):
+        uppers = limits.get(f.subject)
+        if uppers and f.deviates:
+            # Every deviating row's text ends with its parenthesis: the note goes inside.
+            note = f"; limits {', '.join(uppers)} above it"
+            text = f.observed[:-1] + note + ")" if f.observed.endswith(")") else f.observed + note
+            out[index] = replace(f, observed=text)
+    return out
 
 
 @check(
@@ -339,10 +420,15 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
     if not selected:
         return _none_selected(facts, pattern, expected)
     sel = _ceph_ports(facts)
-    findings = []
+    findings: list[Finding] = []
+    # The findings judged on a path, by their index in ``findings``.
+    paths: dict[int, _PathFinding] = {}
     for iface in selected:
         if named and iface.virtual:
-            findings.append(_judge_path(facts, iface, want, expected, "", named=True))
+            paths[len(findings)] = judged = _judge_path(
+                facts, iface, want, expected, "", named=True
+            )
+            findings.append(judged.finding)
             continue
         link = _link(iface)
         if iface.mtu is None:
@@ -372,7 +458,8 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
             note = f"{link}; {scope}"
         observed = f"MTU {iface.mtu} ({note})"
         if iface.mtu < want:
-            findings.append(Finding(iface.name, True, observed, expected, _mtu_hint(iface, want)))
+            hint = _mtu_hint(facts, iface, want)
+            findings.append(Finding(iface.name, True, observed, expected, hint))
         else:
             findings.append(Finding(iface.name, False, observed, expected))
     if not named:
@@ -381,8 +468,11 @@ def mtu(facts: NetFacts, params: dict[str, Any]) -> list[Finding]:
         for name, addresses in _ceph_holders(facts).items():
             note = "Ceph " + _listing(addresses)
             holder = facts.interfaces[name]
-            findings.append(_judge_path(facts, holder, want, expected, note, named=False))
-    return findings
+            paths[len(findings)] = judged = _judge_path(
+                facts, holder, want, expected, note, named=False
+            )
+            findings.append(judged.finding)
+    return _one_row_per_fault(findings, paths)
 
 
 def _rings_hint(name: str, targets: dict[str, int]) -> str:

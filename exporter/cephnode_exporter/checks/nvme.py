@@ -35,6 +35,8 @@ def scheduler(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     allowed = list(params["allowed"])
     expected = f"I/O scheduler {' or '.join(allowed)}"
     if not facts.namespaces:
+        if facts.namespaces_hidden is not None:
+            return [Finding.cannot_judge("", facts.namespaces_hidden, expected)]
         return [Finding("", None, "no NVMe namespaces on this node", expected)]
     return [
         _multipath_scheduler(ns, allowed, expected)
@@ -127,5 +129,7 @@ def pcie_link(facts: NvmeFacts, params: dict[str, Any]) -> list[Finding]:
     reported here; a device that lowers its speed when idle (some GPUs do) would need the
     check disabled in the profile."""
     if not facts.controllers:
+        if facts.controllers_hidden is not None:
+            return [Finding.cannot_judge("", facts.controllers_hidden, "link at its maximum")]
         return [Finding("", None, "no NVMe controllers on this node", "link at its maximum")]
     return [_link_finding(c) for c in facts.controllers]

@@ -2,7 +2,10 @@
 
 A node left on ``powersave`` or ``schedutil`` answers an NVMe completion slower than one
 on ``performance``. Current frequencies are node_exporter's (``node_cpu_scaling_*``) and
-are not exported again; this collector says how the policy is set.
+are not exported again; this collector says how the policy is set. The clock limits
+(``scaling_max_freq``, ``cpuinfo_max_freq``) are read for the check ``cpu.governor`` and
+not exported either: node_exporter has them per CPU (``node_cpu_scaling_frequency_max_hertz``,
+``node_cpu_frequency_max_hertz``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ class CPUFreqCollector(Collector):
     help = "CPU frequency scaling driver, governors, energy-performance preference, boost"
     reuse_unchanged = True
 
-    # Share of the descriptor limit for the kept-open governor and EPP files (cpuidle
-    # keeps 0.5, OSD threads 0.25, irq 0.1, nvme 0.05).
+    # Share of the descriptor limit for the kept-open governor, EPP and clock-limit files
+    # (cpuidle keeps 0.5, OSD threads 0.25, irq 0.1, nvme 0.05).
     FD_SHARE = 0.05
 
     def __init__(self, ctx: CollectorContext) -> None:
@@ -83,6 +86,22 @@ class CPUFreqCollector(Collector):
             )
             status.add_metric([facts.amd_pstate_status], 1.0)
             yield status
+        if facts.intel_pstate_status is not None:
+            mode = GaugeMetricFamily(
+                metric_name("cpu_intel_pstate_info"),
+                "Operating mode of the intel_pstate driver (active, passive, off).",
+                labels=["status"],
+            )
+            mode.add_metric([facts.intel_pstate_status], 1.0)
+            yield mode
+        if facts.max_perf_pct is not None:
+            cap = GaugeMetricFamily(
+                metric_name("cpu_intel_pstate_max_perf_ratio"),
+                "intel_pstate's global limit on every CPU's performance, as a ratio of the "
+                "highest turbo P-state (intel_pstate/max_perf_pct / 100).",
+            )
+            cap.add_metric([], facts.max_perf_pct / 100)
+            yield cap
 
 
 def _counted(name: str, doc: str, label: str, counts: Counter[str]) -> GaugeMetricFamily:

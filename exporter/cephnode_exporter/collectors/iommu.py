@@ -43,7 +43,9 @@ from cephnode_exporter.hostfs.iommu import (
     iommu_params,
     read_group_type,
     read_units,
+    units_hidden,
 )
+from cephnode_exporter.hostfs.nvme import controllers_hidden
 from cephnode_exporter.hostfs.pci import pci_function_dir, read_iommu_group
 
 
@@ -73,29 +75,43 @@ class IommuCollector(Collector):
         fs = self.ctx.fs
         errors = ReadErrors()
         units: list[str] | None = None
+        hidden: str | None = None
         try:
             units = read_units(fs)
         except OSError as exc:
             errors.add(exc)
+        if units == []:
+            # No unit: the IOMMU is off, unless the class is hidden from the exporter;
+            # then the units are unknown, not none (no "no IOMMU active" pass).
+            hidden = units_hidden(fs)
+            if hidden is not None:
+                units = None
         params: dict[str, str] | None = None
         try:
             params = iommu_params(read_cmdline(fs))
         except (OSError, ParseError) as exc:
             errors.add(exc)
-        facts = IommuFacts(units, params, errors=errors)
+        facts = IommuFacts(units, params, errors=errors, units_hidden=hidden)
         snap = self._discovery.devices()
         if snap.generation != self._generation:
             self._groups.clear()
             self._generation = snap.generation
         controllers, facts.items_dropped = self._limit.keep(snap.nvme_controllers)
         for ctrl in controllers:
-            c = self._controller(ctrl, units, errors)
+            c = self._controller(ctrl, units, errors, hidden)
             if c is not None:
                 facts.controllers.append(c)
+        if not snap.nvme_controllers:
+            disks = [ns.name for ns in snap.nvme_namespaces]
+            facts.controllers_hidden = controllers_hidden(fs, disks)
         return facts
 
     def _controller(
-        self, ctrl: NvmeController, units: list[str] | None, errors: ReadErrors
+        self,
+        ctrl: NvmeController,
+        units: list[str] | None,
+        errors: ReadErrors,
+        hidden: str | None = None,
     ) -> ControllerIommu | None:
         name = ctrl.name
         if ctrl.pci is None:
@@ -120,7 +136,8 @@ class IommuCollector(Collector):
             self._groups[ctrl.syspath] = group
         if group is None:
             if units is None:
-                return ControllerIommu(name, None, None, None, "IOMMU state unreadable", True)
+                why = f"IOMMU state unknown: {hidden}" if hidden else "IOMMU state unreadable"
+                return ControllerIommu(name, None, None, None, why, True)
             if not units:
                 return ControllerIommu(name, None, None, False, "no IOMMU active")
             # An active IOMMU that does not cover the device, or a tree that lost the link:

@@ -35,6 +35,7 @@ from cephnode_exporter.hostfs.irq import (
     remote_irqs,
 )
 from cephnode_exporter.hostfs.names import natural_key
+from cephnode_exporter.hostfs.nvme import controllers_hidden
 
 # NVMe controllers plus network ports: the nvme and net collectors' caps (256 each).
 DEFAULT_MAX_DEVICES = 512
@@ -84,6 +85,15 @@ class IRQCollector(Collector):
         kept, facts.items_dropped = self._limit.keep(
             found, key=lambda d: (d[1] != "nvme", natural_key(d[0]))
         )
+        # A class with no device on PCI: absent, or hidden from the exporter (then the
+        # check must not pass on the other class alone). Never asked per device.
+        kinds = {kind for _, kind, _, _ in found}
+        for why in (
+            controllers_hidden(fs) if "nvme" not in kinds else None,
+            fs.sys_hidden("class", "net") if "net" not in kinds else None,
+        ):
+            if why is not None:
+                facts.hidden.append(why)
         facts.node_cpus = read_node_cpus_safe(fs, facts.errors)
         seen: set[int] = set()
         for name, kind, bdf, pci_dir in kept:

@@ -36,15 +36,29 @@ from cephnode_exporter.collectors.base import (
     register,
 )
 from cephnode_exporter.devices import DeviceClass, NvmeController, NvmeNamespace
-from cephnode_exporter.facts.nvme import ControllerFacts, NamespaceFacts, NvmeFacts, PathFacts
+from cephnode_exporter.facts.nvme import (
+    ControllerFacts,
+    NamespaceFacts,
+    NvmeFacts,
+    PathFacts,
+    SubsystemFacts,
+)
 from cephnode_exporter.hostfs import AttrFiles, ReadErrors, fd_budget
 from cephnode_exporter.hostfs.nvme import (
     ControllerIdentity,
+    controllers_hidden,
     find_hwmon,
+    namespaces_hidden,
     parse_count,
     parse_millicelsius,
     read_block_queue,
     read_identity,
+)
+from cephnode_exporter.hostfs.nvme_multipath import (
+    missing_among_siblings,
+    read_ana_state,
+    read_iopolicy,
+    subsystem_dir,
 )
 from cephnode_exporter.hostfs.pci import DeviceAttrs, LinkState, pci_function_dir, read_link
 
@@ -138,6 +152,15 @@ class NvmeCollector(Collector):
             n = self._namespace(ns, facts.errors)
             if n is not None:
                 facts.namespaces.append(n)
+        facts.subsystems = self._subsystems(namespaces, facts.errors)
+        # Only when a class came out empty: a hidden class must not read as no NVMe.
+        fs = self.ctx.fs
+        if not snap.nvme_controllers:
+            disks = [ns.name for ns in snap.nvme_namespaces]
+            facts.controllers_hidden = controllers_hidden(fs, disks)
+        if not snap.nvme_namespaces:
+            dirs = [c.syspath for c in snap.nvme_controllers]
+            facts.namespaces_hidden = namespaces_hidden(fs, dirs)
         return facts
 
     def _namespace(self, ns: NvmeNamespace, errors: ReadErrors) -> NamespaceFacts | None:
@@ -149,14 +172,53 @@ class NvmeCollector(Collector):
             return None  # removed since discovery listed it: not an error
         errors.items.extend(attrs.errors.items)
         paths = []
+        no_ana = []
         for p in ns.paths:
             path_attrs = DeviceAttrs(p.syspath, self._files)
             path_queue = read_block_queue(path_attrs, disk=False)
+            ana, shown = read_ana_state(path_attrs)
             if path_attrs.gone():
                 continue  # that controller went away: the other paths still count
             errors.items.extend(path_attrs.errors.items)
-            paths.append(PathFacts(p.name, p.controller, path_queue))
+            paths.append(PathFacts(p.name, p.controller, path_queue, ana))
+            if not shown:
+                no_ana.append(p.name)
+        if no_ana and len(no_ana) < len(paths):
+            shown_on = [p.name for p in paths if p.name not in no_ana]
+            why = "ANA is off on that controller only: 'disabling ANA support' in the kernel log?"
+            errors.items.append(missing_among_siblings("ana_state", no_ana, shown_on, why))
         return NamespaceFacts(ns.name, ns.controllers, queue, tuple(paths), ns.multipath)
+
+    def _subsystems(
+        self, namespaces: Iterable[NvmeNamespace], errors: ReadErrors
+    ) -> list[SubsystemFacts]:
+        """The I/O policy of each subsystem with a multipath head, once per subsystem
+        (every head of a subsystem sits in its directory: hostfs/nvme_multipath.py)."""
+        seen: dict[str, str] = {}
+        for ns in namespaces:
+            if not ns.multipath:
+                continue
+            found = subsystem_dir(ns.syspath)
+            if found is None:
+                errors.items.append(f"{ns.syspath}: a multipath head outside nvme-subsys<N>")
+                continue
+            seen.setdefault(*found)
+        out = []
+        absent = []
+        for name, sdir in seen.items():
+            attrs = DeviceAttrs(sdir, self._files)
+            policy, shown = read_iopolicy(attrs)
+            if attrs.gone():
+                continue  # removed since discovery listed its head: not an error
+            errors.items.extend(attrs.errors.items)
+            out.append(SubsystemFacts(name, policy))
+            if not shown:
+                absent.append(name)
+        if absent and len(absent) < len(out):
+            shown_on = [s.name for s in out if s.name not in absent]
+            why = "one kernel shows it on every subsystem or on none"
+            errors.items.append(missing_among_siblings("iopolicy", absent, shown_on, why))
+        return out
 
     def _controller(self, ctrl: NvmeController, errors: ReadErrors) -> ControllerFacts | None:
         attrs = DeviceAttrs(ctrl.syspath, self._files)
@@ -194,6 +256,7 @@ class NvmeCollector(Collector):
     def metrics(self, facts: NvmeFacts) -> Iterable[Metric]:
         yield from _controller_metrics(facts.controllers)
         yield from _namespace_metrics(facts.namespaces)
+        yield from _multipath_metrics(facts)
 
 
 def _cacheable(static: _Static) -> bool:
@@ -364,3 +427,29 @@ def _namespace_metrics(namespaces: list[NamespaceFacts]) -> Iterable[Metric]:
         yield family
     yield wbt
     yield inflight
+
+
+def _multipath_metrics(facts: NvmeFacts) -> Iterable[Metric]:
+    """Native multipath: one series per path with its ANA state, one per subsystem with
+    its I/O policy; states as labels of _info series, as the scheduler's."""
+    ana = GaugeMetricFamily(
+        metric_name("nvme_ana_state_info"),
+        "ANA state of a native multipath path disk (ana_state): optimized, non-optimized, "
+        "inaccessible, persistent-loss, change; absent when its controller does not use ANA.",
+        labels=["device", "state"],
+    )
+    iopolicy = GaugeMetricFamily(
+        metric_name("nvme_iopolicy_info"),
+        "I/O policy of an NVMe subsystem with a native multipath head (iopolicy): numa, "
+        "round-robin, queue-depth.",
+        labels=["subsystem", "iopolicy"],
+    )
+    for ns in facts.namespaces:
+        for p in ns.paths:
+            if p.ana_state is not None:
+                ana.add_metric([p.name, p.ana_state], 1.0)
+    for sub in facts.subsystems:
+        if sub.iopolicy is not None:
+            iopolicy.add_metric([sub.name, sub.iopolicy], 1.0)
+    yield ana
+    yield iopolicy

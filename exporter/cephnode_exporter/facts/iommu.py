@@ -36,12 +36,17 @@ class ControllerIommu:
 
 @dataclass
 class IommuFacts:
-    units: list[str] | None  # None: /sys/class/iommu unreadable
+    units: list[str] | None  # None: /sys/class/iommu unreadable or hidden
     params: dict[str, str] | None  # None: /proc/cmdline unreadable
     controllers: list[ControllerIommu] = field(default_factory=list)
     errors: ReadErrors = field(default_factory=ReadErrors)
     # Controllers left out by --collector.nvme.max-devices.
     items_dropped: int = 0
+    # Why no NVMe controller was found although the node may have some (hostfs/nvme.py
+    # controllers_hidden); why ``units`` is None though class/iommu could be listed: it
+    # is hidden from the exporter (hostfs/iommu.py units_hidden), not empty.
+    controllers_hidden: str | None = None
+    units_hidden: str | None = None
 
     @property
     def active(self) -> bool | None:

@@ -27,6 +27,18 @@ class PathFacts:
     name: str
     controller: str
     queue: BlockQueue
+    # The path's ANA state (hostfs/nvme_multipath.py ANA_STATES); None when the
+    # controller does not use ANA (no attribute) or it was unreadable (counted).
+    ana_state: str | None = None
+
+
+@dataclass(frozen=True)
+class SubsystemFacts:
+    """An NVMe subsystem with a native multipath head (nvme-subsys2) and its I/O policy
+    (numa, round-robin, queue-depth; None when not shown, or unreadable: counted)."""
+
+    name: str
+    iopolicy: str | None
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,14 @@ class NamespaceFacts:
 class NvmeFacts:
     controllers: list[ControllerFacts] = field(default_factory=list)
     namespaces: list[NamespaceFacts] = field(default_factory=list)
+    # The subsystems of the multipath heads read, each once.
+    subsystems: list[SubsystemFacts] = field(default_factory=list)
     generation: int = 0
     errors: ReadErrors = field(default_factory=ReadErrors)
     # Controllers plus namespaces left out by --collector.nvme.max-devices.
     items_dropped: int = 0
+    # Why no controller (namespace) was found although the node may have some: its
+    # class directory is hidden from the exporter (hostfs/nvme.py controllers_hidden,
+    # namespaces_hidden). None when some were found, or when none exist.
+    controllers_hidden: str | None = None
+    namespaces_hidden: str | None = None

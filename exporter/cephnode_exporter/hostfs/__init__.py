@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cephnode_exporter.hostfs.batch import kernel_int_bytes, pread_bytes, pread_ints
+from cephnode_exporter.hostfs.mounts import PROCFS, SYSFS, MountTable
 
 # sysfs attributes are at most one page; /proc/cmdline is capped by the kernel at
 # COMMAND_LINE_SIZE (2048 on x86, 4096 on some arches). 64 KiB bounds a garbage file.
@@ -152,19 +153,31 @@ class SharedReads:
 
 @dataclass(frozen=True)
 class HostFS:
-    """The host's procfs, sysfs and root filesystem mount points, and the reads that
-    the collectors of one scrape share."""
+    """The host's procfs, sysfs and root filesystem mount points, the reads that the
+    collectors of one scrape share, and the exporter's mount table, which tells a
+    directory hidden from the exporter from one the kernel does not have."""
 
     procfs: str = "/proc"
     sysfs: str = "/sys"
     rootfs: str = "/"
     shared: SharedReads = field(default_factory=SharedReads, compare=False, hash=False, repr=False)
+    mounts: MountTable = field(default_factory=MountTable, compare=False, hash=False, repr=False)
 
     def sys(self, *parts: str) -> str:
         return _joined(self.sysfs, parts)
 
     def proc(self, *parts: str) -> str:
         return _joined(self.procfs, parts)
+
+    def sys_hidden(self, *parts: str) -> str | None:
+        """Why sysfs path ``parts`` is hidden from the exporter (a mask mounted over it,
+        or a partial sysfs), or None: not hidden, or it cannot be told (mounts.py).
+        For the path where a directory reads empty or missing, never per item."""
+        return self.mounts.hidden(self.sysfs, parts, SYSFS)
+
+    def proc_hidden(self, *parts: str) -> str | None:
+        """:meth:`sys_hidden` for a procfs path."""
+        return self.mounts.hidden(self.procfs, parts, PROCFS)
 
     def root(self, *parts: str) -> str:
         return _joined(self.rootfs, parts)

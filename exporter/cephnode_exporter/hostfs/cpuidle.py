@@ -97,7 +97,9 @@ class CPUIdle:
     ``driver`` is None when the kernel has no cpuidle framework (CONFIG_CPU_IDLE=n) and
     "none" when no driver registered; ``cpus`` then is empty. ``unread`` names the online
     CPUs whose idle states could not all be read this time (CPU -> the first error): a
-    judgement over ``cpus`` alone would miss what those CPUs hide.
+    judgement over ``cpus`` alone would miss what those CPUs hide. ``hidden`` says why
+    the cpuidle directory, missing to the exporter, is hidden rather than absent
+    (:func:`cpuidle_hidden`): ``driver`` None then does not mean no cpuidle.
     """
 
     driver: str | None
@@ -105,6 +107,7 @@ class CPUIdle:
     cpus: dict[int, list[IdleStateSample]] = field(default_factory=dict)
     unread: dict[int, str] = field(default_factory=dict)
     errors: ReadErrors = field(default_factory=ReadErrors)
+    hidden: str | None = None
 
 
 # Per CPU, its states and where each starts in the batched read (CPUIdleReader._plan).
@@ -170,6 +173,8 @@ class CPUIdleReader:
         if governor is None:
             governor = read_optional_text(fs.sys(*CPUIDLE_DIR, "current_governor_ro"))
         result = CPUIdle(driver=driver, governor=governor, errors=result_errors)
+        if driver is None:
+            result.hidden = cpuidle_hidden(fs, cpus[0])
         if driver is None or driver == "none":
             return result
         key = (driver, tuple(cpus))
@@ -433,6 +438,26 @@ class CPUIdleReader:
             for problem in problems:  # not cached: reported with this scrape's errors
                 errors.items.append(problem)
         return states
+
+
+def cpuidle_hidden(fs: HostFS, cpu: int) -> str | None:
+    """Why ``devices/system/cpu/cpuidle``, missing to the exporter, is hidden rather than
+    absent: a mount over it (hostfs/mounts.py), or a CPU's own ``cpuidle`` directory,
+    which exists only while a driver is registered for it (cpuidle_add_sysfs() from
+    cpuidle_register_device(), drivers/cpuidle/cpuidle.c), whereas the kernel creates
+    the shared directory at boot whenever it has cpuidle (cpuidle_add_interface()).
+    None when cpuidle is truly absent (CONFIG_CPU_IDLE=n: a VM, ``cpuidle.off=1``).
+    Asked only when the directory is missing: one stat beside the mount table."""
+    why = fs.sys_hidden(*CPUIDLE_DIR)
+    if why is not None:
+        return why
+    own = cpu_dir(fs, cpu, "cpuidle")
+    if os.path.isdir(own):
+        return (
+            f"{fs.sys(*CPUIDLE_DIR)} is hidden: missing, but {own} exists "
+            "(a mask or a partial sysfs, not a kernel without cpuidle)"
+        )
+    return None
 
 
 # The sample attributes in IdleStateSample's field order, as _SAMPLE_FILES lists them:

@@ -70,17 +70,49 @@ def read_units(fs: HostFS) -> list[str]:
     return [name for name in list_dir(fs.sys(*CLASS_DIR)) if _UNIT_RE.fullmatch(name)]
 
 
+def units_hidden(fs: HostFS) -> str | None:
+    """Why ``class/iommu``, empty or missing to the exporter, is hidden rather than
+    showing an IOMMU that is off: a mount over it (hostfs/mounts.py), or IOMMU groups,
+    which the kernel makes only for devices an IOMMU driver covers
+    (iommu_group_alloc(), drivers/iommu/iommu.c). Asked only when no unit is listed:
+    one listing of ``kernel/iommu_groups`` beside the mount table."""
+    why = fs.sys_hidden(*CLASS_DIR)
+    if why is not None:
+        return why
+    try:
+        groups = list_dir(fs.sys(*GROUPS_DIR))
+    except OSError:
+        return None  # cannot corroborate; the units' own listing said none
+    # VFIO's no-IOMMU mode (vfio.enable_unsafe_noiommu_mode, for DPDK or SPDK) makes groups
+    # without any IOMMU, named "vfio-noiommu" (vfio_noiommu_group_alloc(), drivers/vfio/
+    # group.c; iommu_group_set_name() adds the `name` file): they corroborate nothing.
+    # One read finds a real group on a node whose units are hidden.
+    for group in groups:
+        try:
+            name = read_text(fs.sys(*GROUPS_DIR, group, "name"))
+        except (OSError, ParseError):
+            name = ""  # groups of IOMMU drivers have no name; an unreadable one counts
+        if name != "vfio-noiommu":
+            return (
+                f"{fs.sys(*CLASS_DIR)} is hidden: it lists no IOMMU unit, but IOMMU group "
+                f"{group} exists in {fs.sys(*GROUPS_DIR)}; a mask or a partial sysfs"
+            )
+    return None
+
+
 def read_group_type(fs: HostFS, group: str) -> str | None:
     """The default-domain type of IOMMU group ``group``; None when the kernel is older
     than 5.2 and has no ``type`` file. Raises OSError or ParseError; a group directory
-    that does not exist at all (a dangling ``iommu_group`` link) is a ParseError."""
+    that does not exist at all (a dangling ``iommu_group`` link, or ``iommu_groups``
+    hidden from the exporter, which the error then says) is a ParseError."""
     base = fs.sys(*GROUPS_DIR, group)
     path = os.path.join(base, "type")
     try:
         text = read_text(path)
     except FileNotFoundError:
         if not os.path.isdir(base):
-            raise ParseError(base, "the iommu_group link points to no group") from None
+            why = fs.sys_hidden(*GROUPS_DIR, group) or "the iommu_group link points to no group"
+            raise ParseError(base, why) from None
         return None
     return parse_domain_type(text, path)
 

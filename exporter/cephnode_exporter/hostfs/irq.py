@@ -5,7 +5,8 @@ or the exporter runs in a container without the host's ``/proc/irq``):
 
 - ``/sys/bus/pci/devices/<bdf>/msi_irqs/<N>`` (Documentation/ABI/testing/sysfs-bus-pci,
   "msi_irqs"): one entry per MSI/MSI-X vector the driver allocated, named by its Linux
-  IRQ number. A device without MSI has none; its legacy line is the ``irq`` attribute.
+  IRQ number. A device without MSI has none: on legacy INTx, or its listing was not
+  seen (hostfs/irqline.py tells which).
 - ``/proc/irq/<N>/smp_affinity_list`` and ``effective_affinity_list``
   (Documentation/core-api/irq/irq-affinity.rst, kernel/irq/proc.c): the CPUs the
   interrupt may be sent to, and those it is actually routed to (on x86 one CPU of the
@@ -53,6 +54,7 @@ from cephnode_exporter.hostfs import (
     parse_cpulist,
     read_text,
 )
+from cephnode_exporter.hostfs.irqline import LegacyLine, read_legacy_line
 from cephnode_exporter.hostfs.numa import read_node_cpus
 from cephnode_exporter.hostfs.pci import parse_numa_node
 from cephnode_exporter.hostfs.process import find_process
@@ -101,6 +103,8 @@ class DeviceIRQs:
     numa_error: str | None = None
     # Entries of msi_irqs the kernel never names so (refused, counted as read errors).
     junk: str | None = None
+    # Set when msi_irqs listed no vector: its legacy line and what that tells.
+    no_msi: LegacyLine | None = None
 
 
 @dataclass
@@ -111,11 +115,15 @@ class IRQFacts:
     irqbalance: bool | None = None  # None: procfs could not be searched
     items_dropped: int = 0
     errors: ReadErrors = field(default_factory=ReadErrors)
+    # Why devices of a class may be missing from ``devices``: its class directory is
+    # hidden from the exporter (a mask, a partial sysfs), one reason per class.
+    hidden: list[str] = field(default_factory=list)
 
 
 class IRQRootMissingError(FileNotFoundError):
-    """``/proc/irq`` itself is absent: procfs always has it (init_irq_proc(),
-    kernel/irq/proc.c), so no device's interrupts can be placed, not "none requested"."""
+    """``/proc/irq`` itself is absent or hidden (a mask mounted over it): procfs always
+    has it (init_irq_proc(), kernel/irq/proc.c), so no device's interrupts can be
+    placed, not "none requested"."""
 
 
 def parse_affinity(text: str, path: str) -> frozenset[int]:
@@ -192,6 +200,10 @@ class IRQReader:
         # led to (see pci_devices).
         self.links: dict[str, tuple[tuple[str, str | None], tuple[str, str] | None]] = {}
 
+    @property
+    def fs(self) -> HostFS:
+        return self._fs
+
     def _paths(self, number: int) -> tuple[str, str]:
         base = f"{self._root}/{number}"
         return f"{base}/smp_affinity_list", f"{base}/effective_affinity_list"
@@ -253,6 +265,9 @@ class IRQReader:
                 raise IRQRootMissingError(
                     errno.ENOENT, "missing (procfs without /proc/irq)", self._root
                 ) from None
+            hidden = self._fs.proc_hidden("irq")  # an empty mask, not no handler
+            if hidden is not None:
+                raise IRQRootMissingError(errno.ENOENT, hidden) from None
             return None
         except (OSError, ParseError):
             self._forget(number)
@@ -348,7 +363,7 @@ def device_vectors(
     cache: dict[str, tuple[list[str], tuple[int, ...], str | None]] | None = None,
     junk: list[str] | None = None,
 ) -> tuple[int, ...]:
-    """The IRQ numbers of a PCI function: its MSI/MSI-X vectors, else its legacy line.
+    """The IRQ numbers of a PCI function's MSI/MSI-X vectors; none without msi_irqs.
     With ``cache`` (IRQReader.vectors) a listing equal to the last one gives the same
     tuple, the very object, without sorting and matching its names again. Entries not
     named as the kernel names them ("01080", "x") are left out, not counted twice, and
@@ -373,15 +388,7 @@ def device_vectors(
             cache[pci_dir] = (names, vectors, bad)
     if bad is not None and junk is not None:
         junk.append(bad)
-    if vectors:
-        return vectors
-    try:
-        line = int(read_text(os.path.join(pci_dir, "irq")))
-    except FileNotFoundError:
-        return ()
-    except ValueError:
-        raise ParseError(os.path.join(pci_dir, "irq"), "not an integer") from None
-    return (line,) if line > 0 else ()
+    return vectors
 
 
 def find_pci_function(fs: HostFS, link: str) -> tuple[str, str] | None:
@@ -467,6 +474,20 @@ def read_device(
         return dev
     if junk:
         dev.junk = junk[0]
+    if not vectors:
+        # Legacy INTx, a device that is down, or a listing not seen (irqline.py).
+        try:
+            dev.no_msi = read_legacy_line(reader.fs, name, kind, bdf, pci_dir)
+        except (OSError, ParseError) as exc:
+            why = unreadable_reason(exc)
+            dev.unread[-1] = f"msi_irqs lists no vector and the legacy line is unreadable: {why}"
+            return dev
+        unknown = dev.no_msi.unknown(name)
+        if unknown is not None:
+            dev.unread[-1] = unknown
+        if not dev.no_msi.legacy:
+            return dev
+        vectors = (dev.no_msi.line,)
     seen.update(vectors)
     memo = reader.devices.get(pci_dir)
     if memo is not None and memo.vectors is vectors and memo.generation == reader.generation:

@@ -17,6 +17,12 @@ Formats (torvalds/linux net/core/net-sysfs.c, Documentation/ABI/testing/sysfs-cl
     An entry that is not a link, leads nowhere or to a device of another name is no link
     the kernel makes: the interface's ``lower_error`` says so and the checks judge nothing
     below it.
+  - ``uevent``: ``DEVTYPE=<name>`` of the device type (drivers/base/core.c dev_uevent,
+    before the class's INTERFACE= and IFINDEX= lines), "vlan" for every 802.1Q VLAN
+    (net/8021q/vlan_dev.c vlan_setup: SET_NETDEV_DEVTYPE(dev, &vlan_type)), "bond" and
+    "bridge" for those. Read only of a virtual interface without any ``lower_`` link: a
+    VLAN always sits on a device, so one without the link (its device in another network
+    namespace, or the link gone) has a path below that cannot be followed.
   - ``numa_node`` of the PCI function (drivers/pci/pci-sysfs.c): -1 when the firmware
     gives no proximity for it.
 
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -84,6 +91,10 @@ class Interface:
     # kernel makes each upper_ link with its lower_ twin, so one without the other
     # means a lower link is missing.
     upper: tuple[str, ...] = ()
+    # Virtual interfaces without any lower_ link only: the DEVTYPE of their uevent
+    # ("vlan": a device below is expected; "" when there is none, or not read); None
+    # when uevent was unreadable (whether a device lies below is then unknown).
+    devtype: str | None = ""
 
     @property
     def link_down(self) -> bool:
@@ -100,6 +111,28 @@ def parse_speed(text: str, path: str = "speed") -> int | None:
     """Link speed in Mb/s; None for SPEED_UNKNOWN (-1). The u32 is printed "%d"."""
     speed = parse_kernel_int(text, path, -1, INT_MAX, "a speed")
     return None if speed == -1 else speed
+
+
+# Device type names are short kernel identifiers ("vlan", "bond", "bridge", "wlan").
+_DEVTYPE_RE = re.compile(r"[a-z0-9_-]{1,32}")
+
+
+def parse_devtype(text: str, path: str = "uevent") -> str:
+    """The ``DEVTYPE`` of a uevent file, "" when it has none (KEY=value lines,
+    drivers/base/core.c dev_uevent; lib/kobject_uevent.c add_uevent_var)."""
+    devtype = ""
+    lines = text.splitlines()
+    if not lines:
+        raise ParseError(path, "empty: every device's uevent names at least its interface")
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or not key:
+            raise ParseError(path, f"not KEY=value: {line[:40]!r}")
+        if key == "DEVTYPE":
+            if not _DEVTYPE_RE.fullmatch(value):
+                raise ParseError(path, f"not a device type: {value[:40]!r}")
+            devtype = value
+    return devtype
 
 
 def parse_operstate(text: str, path: str = "operstate") -> str:
@@ -247,8 +280,11 @@ def read_interface(
         master = r.link_name("master")
         if rings is None:
             lower, upper, lower_error = r.adjacent()
+            devtype: str | None = ""
             if not virtual:
                 lower, lower_error = (), None
+            elif not lower and lower_error is None:
+                devtype = r.attr(os.path.join(base, "uevent"), parse_devtype)
             return Interface(
                 name,
                 virtual,
@@ -262,6 +298,7 @@ def read_interface(
                 lower=lower,
                 lower_error=lower_error,
                 upper=upper,
+                devtype=devtype,
             )
         speed = r.attr(os.path.join(base, "speed"), parse_speed, einval_unknown=True)
         numa: int | None = None

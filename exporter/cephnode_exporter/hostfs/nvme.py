@@ -30,9 +30,11 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cephnode_exporter.hostfs import ParseError, parse_kernel_int, read_text
+from cephnode_exporter.hostfs import HostFS, ParseError, list_dir, parse_kernel_int, read_text
+from cephnode_exporter.hostfs.names import CONTROLLER_RE, NAMESPACE_RE, PATH_RE
 from cephnode_exporter.hostfs.pci import DeviceAttrs, is_gone, parse_numa_node
 
 # Identify Controller strings are at most 40 bytes; bound the label value anyway.
@@ -260,3 +262,82 @@ def read_block_queue(attrs: DeviceAttrs, *, request: bool = True, disk: bool = T
         inflight_writes=inflight[1] if inflight else None,
         **counts,
     )
+
+
+# ----------------------------------------------------------------------------- hidden
+# A node whose NVMe the exporter cannot see must not read as a node without NVMe. These
+# are asked only when discovery found no controller (no namespace): never per device.
+
+NVME_CLASS = ("class", "nvme")
+
+
+def _some(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def block_dir(fs: HostFS) -> tuple[str, ...]:
+    """The block class directory discovery lists: ``class/block``, or the legacy
+    ``block`` without it (Documentation/admin-guide/sysfs-rules.rst; devices/sysfs.py)."""
+    return ("class", "block") if os.path.isdir(fs.sys("class", "block")) else ("block",)
+
+
+def nvme_disks(fs: HostFS) -> list[str]:
+    """The NVMe disks (namespaces and multipath path disks) the block class lists."""
+    names = _listing(fs.sys(*block_dir(fs)))
+    return [n for n in names if NAMESPACE_RE.match(n) or PATH_RE.match(n)]
+
+
+def _listing(path: str) -> list[str]:
+    """A directory's entries; [] when absent or unreadable (the caller's discovery
+    counted that error: here it only cannot corroborate)."""
+    try:
+        return list_dir(path)
+    except OSError:
+        return []
+
+
+def controllers_hidden(fs: HostFS, disks: Sequence[str] | None = None) -> str | None:
+    """Why ``class/nvme`` shows no controller although the node may have some: a mount
+    over it (hostfs/mounts.py), or NVMe disks in the block class (``disks``, else listed
+    here), which exist only below a controller (drivers/nvme/host/core.c nvme_alloc_ns
+    adds each namespace's disk under ``ctrl->device``). None when ``class/nvme`` lists a
+    controller (fabrics ones too) or nothing says the node has NVMe."""
+    why = fs.sys_hidden(*NVME_CLASS)
+    if why is not None:
+        return why
+    path = fs.sys(*NVME_CLASS)
+    try:
+        if any(CONTROLLER_RE.match(n) for n in list_dir(path)):
+            return None
+    except OSError as exc:
+        return f"{path} is unreadable: {exc.strerror or exc}"
+    found = list(disks) if disks is not None else nvme_disks(fs)
+    if not found:
+        return None
+    return (
+        f"{fs.sys(*NVME_CLASS)} is hidden: it lists no controller, but NVMe disks exist "
+        f"({_some(found)}); a mask or a partial sysfs, not a node without NVMe"
+    )
+
+
+def namespaces_hidden(fs: HostFS, controller_dirs: Sequence[str]) -> str | None:
+    """Why the block class shows no NVMe namespace although there may be some: a mount
+    over it, or a namespace (or multipath path) directory below a controller, where the
+    driver adds them (nvme_alloc_ns). A controller without a namespace (none created
+    yet, or detached) is no evidence: None then."""
+    where = block_dir(fs)
+    why = fs.sys_hidden(*where)
+    if why is not None:
+        return why
+    try:
+        list_dir(fs.sys(*where))
+    except OSError as exc:
+        return f"{fs.sys(*where)} is unreadable: {exc.strerror or exc}"
+    for ctrl in controller_dirs:
+        below = [n for n in _listing(ctrl) if NAMESPACE_RE.match(n) or PATH_RE.match(n)]
+        if below:
+            return (
+                f"{fs.sys(*where)} is hidden: it lists no NVMe disk, but "
+                f"{ctrl} has {_some(below)}; a mask or a partial sysfs"
+            )
+    return None
