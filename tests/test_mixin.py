@@ -160,7 +160,8 @@ def undo_custom(rule: dict[str, Any], seen: set[str]) -> dict[str, Any]:
         rule["annotations"]["description"] = desc.replace("for 10 minutes", "for 5 minutes")
         seen.add("exporterDownFor")
     if n == "CephNodeOSDHostUnwatched":
-        swap("expr", 'up{job="node-ceph"}', 'up{job="cephnode"}', "selector")
+        # The targets that are down, and those whose osd collector fails.
+        swap("expr", 'job="node-ceph"', 'job="cephnode"', "selector")
     if n == "CephNodeExporterFlapping":
         # The job, and CephNodeExporterDown's hold, after which a target down is left to it.
         swap("expr", 'job="node-ceph"', 'job="cephnode"', "selector")
