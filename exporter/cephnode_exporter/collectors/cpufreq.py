@@ -79,21 +79,17 @@ class CPUFreqCollector(Collector):
             boost.add_metric([], 1.0 if facts.boost else 0.0)
             yield boost
         if facts.amd_pstate_status is not None:
-            status = GaugeMetricFamily(
-                metric_name("cpu_amd_pstate_info"),
+            yield _mode(
+                "cpu_amd_pstate_info",
                 "Operating mode of the amd-pstate driver (active, passive, guided, disable).",
-                labels=["status"],
+                facts.amd_pstate_status,
             )
-            status.add_metric([facts.amd_pstate_status], 1.0)
-            yield status
         if facts.intel_pstate_status is not None:
-            mode = GaugeMetricFamily(
-                metric_name("cpu_intel_pstate_info"),
+            yield _mode(
+                "cpu_intel_pstate_info",
                 "Operating mode of the intel_pstate driver (active, passive, off).",
-                labels=["status"],
+                facts.intel_pstate_status,
             )
-            mode.add_metric([facts.intel_pstate_status], 1.0)
-            yield mode
         if facts.max_perf_pct is not None:
             cap = GaugeMetricFamily(
                 metric_name("cpu_intel_pstate_max_perf_ratio"),
@@ -102,6 +98,13 @@ class CPUFreqCollector(Collector):
             )
             cap.add_metric([], facts.max_perf_pct / 100)
             yield cap
+
+
+def _mode(name: str, doc: str, status: str) -> GaugeMetricFamily:
+    """A P-state driver's operating mode, as one _info series labelled with it."""
+    family = GaugeMetricFamily(metric_name(name), doc, labels=["status"])
+    family.add_metric([status], 1.0)
+    return family
 
 
 def _counted(name: str, doc: str, label: str, counts: Counter[str]) -> GaugeMetricFamily:
